@@ -1,0 +1,69 @@
+"""planopt: plan keep/swap/recompute of saved activations for GPU training.
+
+The planner needs no torch; `planopt.runtime` (the executor and profiler)
+does, and is imported only on demand.
+"""
+
+from planopt.api import solve
+from planopt.budget import (
+    budget_from_fraction,
+    keep_all_peak,
+    min_budget,
+    min_memory_plan,
+    parse_budget,
+)
+from planopt.bundled import bundled_profile, bundled_profile_names
+from planopt.errors import (
+    BudgetError,
+    FormatError,
+    InvalidPlanError,
+    InvalidProfileError,
+    PlanoptError,
+    ProfileMismatchError,
+    SolverOptionError,
+    SolverUnavailableError,
+    UnknownMethodError,
+)
+from planopt.io import load_plan, load_profile, save_plan, save_profile
+from planopt.plan import Action, Plan
+from planopt.profile import Device, Layer, Profile
+from planopt.result import Solution, Status
+from planopt.schedule import Operation, Schedule
+from planopt.simulate import Scorer, simulate
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Action",
+    "BudgetError",
+    "Device",
+    "FormatError",
+    "InvalidPlanError",
+    "InvalidProfileError",
+    "Layer",
+    "Operation",
+    "Plan",
+    "PlanoptError",
+    "Profile",
+    "ProfileMismatchError",
+    "Schedule",
+    "Scorer",
+    "Solution",
+    "SolverOptionError",
+    "SolverUnavailableError",
+    "Status",
+    "UnknownMethodError",
+    "budget_from_fraction",
+    "bundled_profile",
+    "bundled_profile_names",
+    "keep_all_peak",
+    "load_plan",
+    "load_profile",
+    "min_budget",
+    "min_memory_plan",
+    "parse_budget",
+    "save_plan",
+    "save_profile",
+    "simulate",
+    "solve",
+]

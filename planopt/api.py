@@ -1,0 +1,128 @@
+"""The public entry points: `solve`, `simulate`, budgets.
+
+`solve` is the only door to the solvers: it validates the request, enforces
+the time limit's bookkeeping, and re-scores every returned plan with the
+simulator, so a method can never report a figure the cost model disagrees
+with.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from planopt import registry
+from planopt.budget import min_budget, parse_budget
+from planopt.errors import InvalidPlanError, SolverOptionError
+from planopt.problem import Problem
+from planopt.profile import Profile
+from planopt.result import Solution, SolverOutput, Status
+from planopt.simulate import simulate
+
+# A plan within this relative distance of T_ideal is optimal: no plan is faster.
+_IDEAL_TOLERANCE = 1e-12
+
+
+def _check_time_limit(time_limit: float | None) -> float | None:
+    if time_limit is None:
+        return None
+    if (
+        isinstance(time_limit, bool)
+        or not isinstance(time_limit, int | float)
+        or not (math.isfinite(time_limit) and time_limit > 0)
+    ):
+        raise SolverOptionError(
+            f"time_limit must be a finite number of seconds > 0, got {time_limit!r}"
+        )
+    return float(time_limit)
+
+
+def _check_seed(seed: int) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise SolverOptionError(f"seed must be an integer >= 0, got {seed!r}")
+    return seed
+
+
+def solve(
+    profile: Profile,
+    budget: float | int | str,
+    method: str = "greedy",
+    *,
+    time_limit: float | None = None,
+    seed: int = 0,
+    **options,
+) -> Solution:
+    """Plan `profile` for `budget` (bytes, `"12GiB"` or `"50%"`) with `method`.
+
+    Returns a `Solution` whose schedule comes from the simulator. A budget
+    below `min_budget(profile)` gives status `infeasible` with the minimum
+    in the message and `Solution.min_budget`, without running the method.
+    """
+    if not isinstance(profile, Profile):
+        raise TypeError(f"profile must be a planopt.Profile, got {type(profile).__name__}")
+    bytes_budget = parse_budget(budget, profile)
+    limit = _check_time_limit(time_limit)
+    seed = _check_seed(seed)
+    spec = registry.get(method)
+    fn = spec.load()
+    spec.check_options(options)
+    minimum = min_budget(profile)
+
+    started = time.monotonic()
+    if bytes_budget < minimum:
+        return Solution(
+            plan=None,
+            schedule=None,
+            status=Status.INFEASIBLE,
+            method=spec.name,
+            budget=bytes_budget,
+            lower_bound=None,
+            solve_seconds=0.0,
+            min_budget=minimum,
+            message=(
+                f"budget must be at least {minimum} bytes (the minimum any plan needs "
+                f"for {profile.name!r}), got {bytes_budget:.0f}"
+            ),
+        )
+    problem = Problem(
+        profile=profile,
+        budget=bytes_budget,
+        min_budget=minimum,
+        seed=seed,
+        time_limit=limit,
+        deadline=None if limit is None else started + limit,
+    )
+    out: SolverOutput = fn(problem, **options)
+    elapsed = time.monotonic() - started
+    return _finish(problem, spec.name, out, elapsed)
+
+
+def _finish(problem: Problem, method: str, out: SolverOutput, elapsed: float) -> Solution:
+    """Re-score the method's plan with the simulator and settle the status."""
+    profile = problem.profile
+    status, lower, message = out.status, out.lower_bound, out.message
+    schedule = None
+    plan = out.plan
+    if plan is not None:
+        if plan.profile is None or plan.names is None:
+            plan = plan.for_profile(profile)
+        schedule = simulate(profile, plan, problem.budget)
+        if not schedule.feasible:
+            if status in (Status.OPTIMAL, Status.FEASIBLE):
+                raise InvalidPlanError(
+                    f"method {method!r} returned a plan whose simulated peak "
+                    f"{schedule.peak_bytes} exceeds the budget {problem.budget:.0f}: a solver bug"
+                )
+        elif schedule.makespan <= profile.t_ideal * (1 + _IDEAL_TOLERANCE):
+            status, lower = Status.OPTIMAL, profile.t_ideal
+    return Solution(
+        plan=plan,
+        schedule=schedule,
+        status=status,
+        method=method,
+        budget=problem.budget,
+        lower_bound=lower,
+        solve_seconds=elapsed,
+        min_budget=problem.min_budget,
+        message=message,
+    )

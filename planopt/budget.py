@@ -1,0 +1,102 @@
+"""Budgets: the exact minimum any plan needs, fractions of keep-all, and parsing.
+
+NOTE (why `min_budget` is exact): during `F_i` the spec keeps `s_{i-1}`
+(any action frees it no earlier than the end of `F_i`), `s_i` and the forward
+scratch alive, and during `B_i` it needs `s_i` and the backward scratch. So
+every plan peaks at no less than
+
+    static + max_i max(s_{i-1} + s_i + fwd_work_i, s_i + bwd_work_i)
+
+and `min_memory_plan` meets it: every layer swapped, each forward waiting for
+the previous copy out (`swap_wait = i + 1`) and each copy back issued at the
+step that needs it (`prefetch_at = i`). The tests check both halves against
+brute force.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from planopt.errors import BudgetError
+from planopt.plan import KEEP, SWAP, Plan
+from planopt.profile import Profile
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+_BUDGET_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z%]*)\s*$")
+
+
+def min_budget(profile: Profile) -> int:
+    """The smallest budget any plan meets (exact; see the module note)."""
+    best = 0
+    prev = 0
+    for layer in profile.layers:
+        s = layer.saved_bytes
+        best = max(best, prev + s + layer.fwd_work_bytes, s + layer.bwd_work_bytes)
+        prev = s
+    return profile.static_bytes + best
+
+
+def min_memory_plan(profile: Profile) -> Plan:
+    """A plan whose peak is exactly `min_budget(profile)` (the bound's witness)."""
+    n = len(profile.layers)
+    actions = [SWAP] * n
+    if n:
+        actions[-1] = KEEP  # nothing above it to wait; keeping it costs the same bytes
+    prefetch = [i if i < n - 1 else None for i in range(n)]
+    wait = [i + 1 if i < n - 1 else None for i in range(n)]
+    return Plan.build(actions, prefetch, wait, profile=profile)
+
+
+def keep_all_peak(profile: Profile) -> int:
+    """Peak memory of keeping every tensor (the 100% point of fractional budgets)."""
+    from planopt.simulate import Scorer
+
+    return Scorer(profile).peak(*_keep_all_lists(len(profile.layers)))
+
+
+def _keep_all_lists(n: int):
+    return [KEEP] * n, [None] * n, [None] * n
+
+
+def budget_from_fraction(profile: Profile, fraction: float) -> float:
+    """`static + r * (peak_keep_all - static)` (spec: "Figures every report uses")."""
+    if (
+        isinstance(fraction, bool)
+        or not isinstance(fraction, int | float)
+        or not math.isfinite(fraction)
+        or fraction < 0
+    ):
+        raise BudgetError(f"budget fraction must be a finite number >= 0, got {fraction!r}")
+    activation = keep_all_peak(profile) - profile.static_bytes
+    return profile.static_bytes + fraction * activation
+
+
+def parse_budget(text: str | int | float, profile: Profile) -> float:
+    """Bytes from `12884901888`, `12GiB`, `1.5GB` or `50%` (of keep-all activations)."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        if not math.isfinite(text) or text < 0:
+            raise BudgetError(f"budget must be a finite number of bytes >= 0, got {text!r}")
+        return float(text)
+    match = _BUDGET_RE.match(str(text))
+    unit = match.group(2).lower() if match else None
+    if not match or (unit not in _UNITS and unit != "%"):
+        raise BudgetError(
+            f"budget must be bytes (12884901888), a size with unit (12GiB, 1.5GB) or a "
+            f"percentage of keep-all activation memory (50%), got {text!r}"
+        )
+    value = float(match.group(1))
+    if unit == "%":
+        return budget_from_fraction(profile, value / 100.0)
+    return value * _UNITS[unit]

@@ -1,0 +1,221 @@
+"""The versioned JSON formats `planopt.profile/1` and `planopt.plan/1` (spec: "File formats").
+
+Parsing checks the shape of the document (missing, unknown or mistyped
+fields) and names the layer and field; the dataclasses then check values.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from planopt.errors import FormatError, InvalidPlanError, InvalidProfileError, where
+from planopt.plan import SWAP, Plan, parse_action
+from planopt.profile import Device, Layer, Profile
+
+PROFILE_FORMAT = "planopt.profile/1"
+PLAN_FORMAT = "planopt.plan/1"
+
+_LAYER_REQUIRED = ("name", "fwd", "bwd", "saved_bytes")
+_LAYER_OPTIONAL = ("fwd_work_bytes", "bwd_work_bytes", "signature")
+_DEVICE_REQUIRED = ("h2d_bandwidth", "d2h_bandwidth")
+_DEVICE_OPTIONAL = ("name", "transfer_latency")
+_PLAN_LAYER_FIELDS = ("name", "action", "prefetch_at", "swap_wait")
+
+
+def _read_json(source: str | os.PathLike | dict, kind: str) -> dict:
+    if isinstance(source, dict):
+        return source
+    path = Path(source)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise FormatError(f"{kind} file {str(path)!r}: cannot be read ({exc.strerror})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FormatError(
+            f"{kind} file {str(path)!r}: must be valid JSON, got an error at line {exc.lineno} "
+            f"column {exc.colno}: {exc.msg}"
+        ) from None
+    if not isinstance(data, dict):
+        raise FormatError(
+            f"{kind} file {str(path)!r}: must hold a JSON object, got {type(data).__name__}"
+        )
+    return data
+
+
+def _check_format(data: dict, expected: str, error: type[Exception]) -> None:
+    got = data.get("format")
+    if got != expected:
+        raise error(
+            f"{expected.split('/')[0].split('.')[1]}: format must be {expected!r}, got {got!r}"
+        )
+
+
+def _check_keys(
+    obj: Any, required: tuple, optional: tuple, at: str, error: type[Exception]
+) -> None:
+    if not isinstance(obj, dict):
+        raise error(f"{at}: must be a JSON object, got {type(obj).__name__}")
+    for key in required:
+        if key not in obj:
+            raise error(f"{at}: field {key!r} is required")
+    unknown = sorted(set(obj) - set(required) - set(optional))
+    if unknown:
+        raise error(
+            f"{at}: unknown field {unknown[0]!r} (allowed: {', '.join(required + optional)})"
+        )
+
+
+# -- profile -------------------------------------------------------------------
+
+
+def profile_from_dict(data: dict) -> Profile:
+    """A `Profile` from the parsed JSON of a `planopt.profile/1` document."""
+    if not isinstance(data, dict):
+        raise InvalidProfileError(f"profile: must be a JSON object, got {type(data).__name__}")
+    _check_format(data, PROFILE_FORMAT, InvalidProfileError)
+    _check_keys(
+        data,
+        ("format", "device", "static_bytes", "layers"),
+        ("name", "source"),
+        "profile",
+        InvalidProfileError,
+    )
+    dev = data["device"]
+    _check_keys(dev, _DEVICE_REQUIRED, _DEVICE_OPTIONAL, "device", InvalidProfileError)
+    device = Device(
+        name=dev.get("name", "device"),
+        h2d_bandwidth=dev["h2d_bandwidth"],
+        d2h_bandwidth=dev["d2h_bandwidth"],
+        transfer_latency=dev.get("transfer_latency", 0.0),
+    )
+    raw_layers = data["layers"]
+    if not isinstance(raw_layers, list):
+        raise InvalidProfileError(
+            f"profile: layers must be a list, got {type(raw_layers).__name__}"
+        )
+    layers = []
+    for i, raw in enumerate(raw_layers):
+        name = raw.get("name") if isinstance(raw, dict) else None
+        at = where(i, name if isinstance(name, str) else None)
+        _check_keys(raw, _LAYER_REQUIRED, _LAYER_OPTIONAL, at, InvalidProfileError)
+        layers.append(
+            Layer(
+                name=raw["name"],
+                fwd=raw["fwd"],
+                bwd=raw["bwd"],
+                saved_bytes=raw["saved_bytes"],
+                fwd_work_bytes=raw.get("fwd_work_bytes", 0),
+                bwd_work_bytes=raw.get("bwd_work_bytes", 0),
+                signature=raw.get("signature"),
+            )
+        )
+    return Profile(
+        name=data.get("name", "profile"),
+        device=device,
+        static_bytes=data["static_bytes"],
+        layers=tuple(layers),
+        source=data.get("source"),
+    )
+
+
+def profile_to_dict(profile: Profile) -> dict:
+    out: dict[str, Any] = {"format": PROFILE_FORMAT, "name": profile.name}
+    if profile.source is not None:
+        out["source"] = profile.source
+    dev = profile.device
+    out["device"] = {
+        "name": dev.name,
+        "h2d_bandwidth": dev.h2d_bandwidth,
+        "d2h_bandwidth": dev.d2h_bandwidth,
+        "transfer_latency": dev.transfer_latency,
+    }
+    out["static_bytes"] = profile.static_bytes
+    out["layers"] = [
+        {
+            "name": layer.name,
+            "fwd": layer.fwd,
+            "bwd": layer.bwd,
+            "saved_bytes": layer.saved_bytes,
+            "fwd_work_bytes": layer.fwd_work_bytes,
+            "bwd_work_bytes": layer.bwd_work_bytes,
+            "signature": layer.signature,
+        }
+        for layer in profile.layers
+    ]
+    return out
+
+
+def load_profile(source: str | os.PathLike | dict) -> Profile:
+    """Read a profile from a path (or an already parsed dict)."""
+    return profile_from_dict(_read_json(source, "profile"))
+
+
+def save_profile(profile: Profile, path: str | os.PathLike) -> None:
+    Path(path).write_text(json.dumps(profile_to_dict(profile), indent=1) + "\n")
+
+
+# -- plan ------------------------------------------------------------------------
+
+
+def plan_from_dict(data: dict) -> Plan:
+    """A `Plan` from the parsed JSON of a `planopt.plan/1` document."""
+    if not isinstance(data, dict):
+        raise InvalidPlanError(f"plan: must be a JSON object, got {type(data).__name__}")
+    _check_format(data, PLAN_FORMAT, InvalidPlanError)
+    _check_keys(data, ("format", "layers"), ("profile", "name"), "plan", InvalidPlanError)
+    fingerprint = data.get("profile")
+    if fingerprint is not None and not isinstance(fingerprint, str):
+        raise InvalidPlanError(f"plan: profile must be a fingerprint string, got {fingerprint!r}")
+    raw_layers = data["layers"]
+    if not isinstance(raw_layers, list):
+        raise InvalidPlanError(f"plan: layers must be a list, got {type(raw_layers).__name__}")
+    actions, prefetch, wait, names = [], [], [], []
+    for i, raw in enumerate(raw_layers):
+        name = raw.get("name") if isinstance(raw, dict) else None
+        at = where(i, name if isinstance(name, str) else None)
+        _check_keys(raw, ("action",), ("name", "prefetch_at", "swap_wait"), at, InvalidPlanError)
+        if name is not None and not isinstance(name, str):
+            raise InvalidPlanError(f"{at}: name must be a string, got {name!r}")
+        actions.append(parse_action(raw["action"], i, name))
+        prefetch.append(raw.get("prefetch_at"))
+        wait.append(raw.get("swap_wait"))
+        names.append(name)
+    has_names = any(n is not None for n in names)
+    return Plan(
+        tuple(actions),
+        tuple(prefetch),
+        tuple(wait),
+        tuple(names) if has_names else None,
+        fingerprint,
+    )
+
+
+def plan_to_dict(plan: Plan) -> dict:
+    out: dict[str, Any] = {"format": PLAN_FORMAT}
+    if plan.profile is not None:
+        out["profile"] = plan.profile
+    layers = []
+    for i, action in enumerate(plan.actions):
+        entry: dict[str, Any] = {}
+        if plan.names and plan.names[i] is not None:
+            entry["name"] = plan.names[i]
+        entry["action"] = action.value
+        if action is SWAP:
+            entry["prefetch_at"] = plan.prefetch_at[i]
+            entry["swap_wait"] = plan.swap_wait[i]
+        layers.append(entry)
+    out["layers"] = layers
+    return out
+
+
+def load_plan(source: str | os.PathLike | dict) -> Plan:
+    return plan_from_dict(_read_json(source, "plan"))
+
+
+def save_plan(plan: Plan, path: str | os.PathLike) -> None:
+    Path(path).write_text(json.dumps(plan_to_dict(plan), indent=1) + "\n")

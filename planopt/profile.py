@@ -1,0 +1,189 @@
+"""The measured network: a chain of layers on a device (spec: "The network").
+
+`Profile`, `Layer` and `Device` are frozen and validate on construction, so a
+malformed profile never reaches the simulator or a solver.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from planopt.errors import InvalidProfileError, where
+
+
+def _check_seconds(value: Any, what: str, *, positive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidProfileError(f"{what} must be a number of seconds, got {value!r}")
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        rule = "> 0" if positive else ">= 0"
+        raise InvalidProfileError(f"{what} must be finite and {rule}, got {value!r}")
+    return float(value)
+
+
+def _check_bytes(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidProfileError(f"{what} must be an integer number of bytes, got {value!r}")
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        raise InvalidProfileError(f"{what} must be an integer number of bytes, got {value!r}")
+    if value < 0:
+        raise InvalidProfileError(f"{what} must be >= 0, got {value!r}")
+    return int(value)
+
+
+def _check_bandwidth(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidProfileError(f"{what} must be a number of bytes/s, got {value!r}")
+    # NOTE: +inf is allowed (an ideal link: copies cost only the latency); it
+    # is what the "infinite bandwidth costs nothing" properties are stated with.
+    if math.isnan(value) or value <= 0:
+        raise InvalidProfileError(f"{what} must be > 0, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """Host link of the accelerator: copy bandwidths (bytes/s) and per-copy latency (s)."""
+
+    name: str
+    h2d_bandwidth: float
+    d2h_bandwidth: float
+    transfer_latency: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise InvalidProfileError(f"device: name must be a string, got {self.name!r}")
+        for attr in ("h2d_bandwidth", "d2h_bandwidth"):
+            object.__setattr__(self, attr, _check_bandwidth(getattr(self, attr), f"device: {attr}"))
+        object.__setattr__(
+            self,
+            "transfer_latency",
+            _check_seconds(self.transfer_latency, "device: transfer_latency"),
+        )
+
+    def d2h_seconds(self, nbytes: int) -> float:
+        """Duration of one copy out of `nbytes` (latency + size / bandwidth)."""
+        return self.transfer_latency + nbytes / self.d2h_bandwidth
+
+    def h2d_seconds(self, nbytes: int) -> float:
+        """Duration of one copy back of `nbytes`."""
+        return self.transfer_latency + nbytes / self.h2d_bandwidth
+
+
+@dataclass(frozen=True, slots=True)
+class Layer:
+    """One element of the chain; `saved_bytes` is the spec's `s_i`."""
+
+    name: str
+    fwd: float
+    bwd: float
+    saved_bytes: int
+    fwd_work_bytes: int = 0
+    bwd_work_bytes: int = 0
+    signature: str | None = None
+
+    def validated(self, index: int) -> Layer:
+        """A copy with numbers normalised; errors name `index` and the field."""
+        at = where(index, self.name if isinstance(self.name, str) else None)
+        if not isinstance(self.name, str) or not self.name:
+            raise InvalidProfileError(f"{at}: name must be a non-empty string, got {self.name!r}")
+        if self.signature is not None and not isinstance(self.signature, str):
+            raise InvalidProfileError(
+                f"{at}: signature must be a string or null, got {self.signature!r}"
+            )
+        return Layer(
+            name=self.name,
+            fwd=_check_seconds(self.fwd, f"{at}: fwd"),
+            bwd=_check_seconds(self.bwd, f"{at}: bwd"),
+            saved_bytes=_check_bytes(self.saved_bytes, f"{at}: saved_bytes"),
+            fwd_work_bytes=_check_bytes(self.fwd_work_bytes, f"{at}: fwd_work_bytes"),
+            bwd_work_bytes=_check_bytes(self.bwd_work_bytes, f"{at}: bwd_work_bytes"),
+            signature=self.signature,
+        )
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A layer chain with its static memory and device (spec: "The network")."""
+
+    name: str
+    device: Device
+    static_bytes: int
+    layers: tuple[Layer, ...]
+    source: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise InvalidProfileError(f"profile: name must be a string, got {self.name!r}")
+        if not isinstance(self.device, Device):
+            raise InvalidProfileError(f"profile: device must be a Device, got {self.device!r}")
+        object.__setattr__(
+            self, "static_bytes", _check_bytes(self.static_bytes, "profile: static_bytes")
+        )
+        layers = tuple(self.layers)
+        if not layers:
+            raise InvalidProfileError("profile: layers must hold at least one layer, got 0")
+        for i, layer in enumerate(layers):
+            if not isinstance(layer, Layer):
+                raise InvalidProfileError(f"layer {i}: must be a Layer, got {layer!r}")
+        checked = tuple(layer.validated(i) for i, layer in enumerate(layers))
+        object.__setattr__(self, "layers", checked)
+        if self.source is not None and not isinstance(self.source, str):
+            raise InvalidProfileError(f"profile: source must be a string, got {self.source!r}")
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    @property
+    def t_ideal(self) -> float:
+        """Keep-all makespan without a memory limit: no plan is faster (spec)."""
+        return math.fsum(layer.fwd for layer in self.layers) + math.fsum(
+            layer.bwd for layer in self.layers
+        )
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(layer.name for layer in self.layers)
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """Hash of everything that changes a plan's meaning or cost.
+
+        The profile's own `name` and `source` are metadata and left out, so a
+        renamed copy of the same measurements accepts the same plans.
+        """
+        payload = {
+            "device": [
+                self.device.h2d_bandwidth,
+                self.device.d2h_bandwidth,
+                self.device.transfer_latency,
+            ],
+            "static_bytes": self.static_bytes,
+            "layers": [
+                [
+                    layer.name,
+                    layer.fwd,
+                    layer.bwd,
+                    layer.saved_bytes,
+                    layer.fwd_work_bytes,
+                    layer.bwd_work_bytes,
+                ]
+                for layer in self.layers
+            ],
+        }
+        text = json.dumps(payload, separators=(",", ":"), allow_nan=True)
+        return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def replace_layers(self, layers: tuple[Layer, ...] | list[Layer], **changes: Any) -> Profile:
+        """A new profile with other layers (and optionally other fields)."""
+        return Profile(
+            name=changes.get("name", self.name),
+            device=changes.get("device", self.device),
+            static_bytes=changes.get("static_bytes", self.static_bytes),
+            layers=tuple(layers),
+            source=changes.get("source", self.source),
+        )

@@ -1,0 +1,85 @@
+"""What a solve returns: a status enum and a `Solution` carrying bounds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from planopt.plan import Plan
+from planopt.schedule import Schedule
+
+
+class Status(StrEnum):
+    """Outcome of a solve.
+
+    `optimal`: proven optimal under the cost model; `feasible`: a plan that
+    fits the budget without proof of optimality (heuristics, or an exact
+    solve stopped by its time limit); `infeasible`: no plan can fit (or the
+    method found none that does and says so); `timeout`: the time limit
+    passed before any plan was found.
+    """
+
+    OPTIMAL = "optimal"
+    FEASIBLE = "feasible"
+    INFEASIBLE = "infeasible"
+    TIMEOUT = "timeout"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class SolverOutput:
+    """What a registered method hands back to `planopt.solve` before re-scoring."""
+
+    plan: Plan | None
+    status: Status
+    lower_bound: float | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Solution:
+    """A plan with its simulated schedule, status and (where known) a lower bound.
+
+    `schedule` is always the simulator's, never a solver's own estimate.
+    `gap` is `(makespan - lower_bound) / makespan` where both are known.
+    """
+
+    plan: Plan | None
+    schedule: Schedule | None
+    status: Status
+    method: str
+    budget: float
+    lower_bound: float | None
+    solve_seconds: float
+    min_budget: int
+    message: str = ""
+
+    @property
+    def makespan(self) -> float | None:
+        return None if self.schedule is None else self.schedule.makespan
+
+    @property
+    def gap(self) -> float | None:
+        if self.schedule is None or self.lower_bound is None or self.schedule.makespan <= 0:
+            return None
+        return max(0.0, (self.schedule.makespan - self.lower_bound) / self.schedule.makespan)
+
+    def to_dict(self) -> dict:
+        """The `--json` shape of `planopt solve`."""
+        out = {
+            "status": self.status.value,
+            "method": self.method,
+            "budget": self.budget,
+            "min_budget": self.min_budget,
+            "lower_bound": self.lower_bound,
+            "gap": self.gap,
+            "solve_seconds": self.solve_seconds,
+            "message": self.message,
+        }
+        if self.schedule is not None:
+            out.update(self.schedule.to_dict())
+        else:
+            out.update({"time": None, "peak_bytes": None, "feasible": False, "overhead": None})
+        return out
