@@ -2,6 +2,8 @@
 
 Keep user-facing imports on `planopt`; this package is an implementation
 detail shipped in the same distribution (a test checks `solvers` is ours).
+A method is a function `fn(problem: planopt.problem.Problem, *, option=...)
+-> planopt.result.SolverOutput`; its keyword-only parameters are its options.
 """
 
 from planopt.registry import MethodSpec
@@ -11,5 +13,32 @@ PLANOPT_SOLVERS = True  # marker the ownership test looks for
 METHODS: tuple[MethodSpec, ...] = (
     MethodSpec(
         "keep-all", "solvers.baselines:keep_all", "keep every saved tensor (fastest, most memory)"
+    ),
+    MethodSpec(
+        "all-swap",
+        "solvers.baselines:all_swap",
+        "vDNN-style: swap every layer but the last, prefetch one step ahead",
+    ),
+    MethodSpec(
+        "sqrt-n",
+        "solvers.baselines:sqrt_n",
+        "Chen et al. 2016 segment recomputation with budget-aware segments",
+    ),
+    MethodSpec(
+        "superneurons",
+        "solvers.baselines:superneurons",
+        "SuperNeurons: checkpoint conv/linear/join outputs (swapped), recompute the rest",
+    ),
+    MethodSpec(
+        "pooch",
+        "solvers.pooch:pooch",
+        "the published greedy (Ito et al. 2018): keep->swap, swap->recompute, prefetch",
+        aliases=("greedy",),
+    ),
+    MethodSpec(
+        "brute-force",
+        "solvers.brute_force:brute_force",
+        "enumerate every plan (test oracle; tiny nets only)",
+        exact=True,
     ),
 )
