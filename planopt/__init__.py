@@ -9,6 +9,7 @@ from planopt.budget import (
     budget_from_fraction,
     keep_all_peak,
     min_budget,
+    min_budget_info,
     min_memory_plan,
     parse_budget,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "load_plan",
     "load_profile",
     "min_budget",
+    "min_budget_info",
     "min_memory_plan",
     "parse_budget",
     "save_plan",

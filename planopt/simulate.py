@@ -214,7 +214,11 @@ class Scorer:
     def memory(self, actions: Sequence[Action], tm: Timing):
         """(peak bytes, time of peak, curve times, curve bytes)."""
         alloc, free, size = self._tensors(actions, tm)
-        live = size > 0
+        # NOTE: the spec frees before it allocates at one instant, so a tensor
+        # allocated and freed at the same instant (a zero-duration operation's
+        # scratch, say) never occupies memory: it is dropped here, which also
+        # keeps the memory curve free of transient dips.
+        live = (size > 0) & (free > alloc)
         alloc, free, size = alloc[live], free[live], size[live]
         m = size.shape[0]
         if m == 0:
@@ -222,14 +226,7 @@ class Scorer:
             return self.static, 0.0, empty, empty.astype(np.int64)
         times = np.concatenate((alloc, free))
         delta = np.concatenate((size, -size))
-        # NOTE: order at one instant: frees (0), then allocations (1), then the
-        # frees of tensors allocated at that same instant (2). A zero-lifetime
-        # tensor (a zero-time operation's scratch) thus counts at its instant
-        # instead of being "freed before it exists"; this is our reading of
-        # the spec's free-before-allocate rule for that edge case.
-        prio = np.concatenate(
-            (np.ones(m, dtype=np.int8), np.where(free == alloc, 2, 0).astype(np.int8))
-        )
+        prio = np.concatenate((np.ones(m, dtype=np.int8), np.zeros(m, dtype=np.int8)))
         order = np.lexsort((prio, times))
         level = self.static + np.cumsum(delta[order])
         top = int(np.argmax(level))

@@ -36,6 +36,27 @@ METHODS: tuple[MethodSpec, ...] = (
         aliases=("greedy",),
     ),
     MethodSpec(
+        "exact",
+        "solvers.exact:exact",
+        "proven-optimal keep/swap/recompute plan (CP-SAT; CBC or HiGHS with --backend)",
+        requires=("ortools",),
+        exact=True,
+    ),
+    MethodSpec(
+        "recompute-only",
+        "solvers.exact:recompute_only",
+        "optimal keep/recompute plan (the space Checkmate and Rotor decide)",
+        requires=("ortools",),
+        exact=True,
+    ),
+    MethodSpec(
+        "swap-only",
+        "solvers.exact:swap_only",
+        "optimal keep/swap plan (the space vDNN and SwapAdvisor decide)",
+        requires=("ortools",),
+        exact=True,
+    ),
+    MethodSpec(
         "brute-force",
         "solvers.brute_force:brute_force",
         "enumerate every plan (test oracle; tiny nets only)",

@@ -1,0 +1,442 @@
+"""The back-end-neutral model of the cost model: one formulation, several solvers.
+
+The spec's schedule is a *function* of the plan (every operation starts as
+soon as its predecessors allow), so the model defines every time exactly with
+max-equalities instead of letting a solver delay operations: a delayed copy
+back would free memory the real executor does not free.
+
+Units (the one place they are decided):
+
+* time: integer *ticks*. One tick `u` is chosen so the horizon (all
+  durations serialised) is about `TIME_RESOLUTION` ticks; every duration is
+  rounded to the nearest tick, and a positive one to at least one tick, so a
+  tensor lives zero time in the model exactly when it does in the spec (and
+  then, by the free-before-allocate rule, occupies nothing: CP-SAT's
+  cumulative ignores empty intervals the same way).
+* memory: bytes divided by their greatest common divisor: exact.
+
+Rounding changes times by at most `u / 2` per operation; the caller re-scores
+the plan in floating point and widens the bound by that amount (see
+`time_error_bound`).
+
+Constraint kinds (each back-end translates exactly these):
+`Define` (target == expr when a literal holds), `MaxEq` (target == max(0,
+present terms)), `AndEq`, `GeqReify` (b <=> expr >= 0), `Clause`,
+`ExactlyOne`, `Linear` and one `Cumulative` for memory.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from planopt.plan import KEEP, RECOMPUTE, SWAP, Action, Plan
+from planopt.profile import Profile
+
+TIME_RESOLUTION = 10**7
+
+# A literal: (variable index, positive?).
+Lit = tuple[int, bool]
+# A linear expression: ((variable index, coefficient), ...) and a constant.
+Terms = tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class Expr:
+    terms: Terms = ()
+    const: int = 0
+
+    def __add__(self, other: Expr | int) -> Expr:
+        if isinstance(other, int):
+            return Expr(self.terms, self.const + other)
+        return Expr(self.terms + other.terms, self.const + other.const)
+
+    def __sub__(self, other: Expr | int) -> Expr:
+        if isinstance(other, int):
+            return Expr(self.terms, self.const - other)
+        return Expr(self.terms + tuple((v, -c) for v, c in other.terms), self.const - other.const)
+
+
+def var(index: int, coef: int = 1) -> Expr:
+    return Expr(((index, coef),), 0)
+
+
+def const(value: int) -> Expr:
+    return Expr((), value)
+
+
+@dataclass(frozen=True)
+class Var:
+    name: str
+    lo: int
+    hi: int
+    is_bool: bool
+
+
+@dataclass(frozen=True)
+class Define:
+    target: int
+    expr: Expr
+    when: Lit | None
+
+
+@dataclass(frozen=True)
+class MaxEq:
+    target: int
+    terms: tuple[tuple[Expr, Lit | None], ...]
+
+
+@dataclass(frozen=True)
+class AndEq:
+    target: int
+    lits: tuple[Lit, ...]
+
+
+@dataclass(frozen=True)
+class GeqReify:
+    target: int
+    expr: Expr
+
+
+@dataclass(frozen=True)
+class Clause:
+    lits: tuple[Lit, ...]
+
+
+@dataclass(frozen=True)
+class ExactlyOne:
+    lits: tuple[Lit, ...]
+
+
+@dataclass(frozen=True)
+class Linear:
+    expr: Expr
+    lo: int | None
+    hi: int | None
+
+
+@dataclass(frozen=True)
+class Interval:
+    start: int
+    end: int
+    demand: int
+    present: Lit | None
+
+
+@dataclass
+class Model:
+    """Variables, constraints, the memory resource and the objective (a variable)."""
+
+    vars: list[Var] = field(default_factory=list)
+    constraints: list = field(default_factory=list)
+    intervals: list[Interval] = field(default_factory=list)
+    capacity: int = 0
+    objective: int = -1
+    horizon: int = 0
+
+    def new(self, name: str, lo: int, hi: int) -> int:
+        self.vars.append(Var(name, lo, hi, False))
+        return len(self.vars) - 1
+
+    def new_bool(self, name: str) -> int:
+        self.vars.append(Var(name, 0, 1, True))
+        return len(self.vars) - 1
+
+    def add(self, constraint) -> None:
+        self.constraints.append(constraint)
+
+
+def pos(v: int) -> Lit:
+    return (v, True)
+
+
+def neg(v: int) -> Lit:
+    return (v, False)
+
+
+@dataclass
+class Formulation:
+    """The model of one profile and budget, with the indices needed to read a plan back."""
+
+    model: Model
+    profile: Profile
+    budget: float
+    time_unit: float
+    keep: list[int]
+    swap: list[int]
+    rec: list[int]
+    prefetch: list[dict[int, int]]
+    wait: list[dict[int, int]]
+    n_ops: int
+
+    def decode(self, value) -> Plan:
+        """The plan a solution picks; `value(var_index) -> int`."""
+        n = len(self.keep)
+        actions: list[Action] = []
+        prefetch: list[int | None] = []
+        wait: list[int | None] = []
+        for i in range(n):
+            if value(self.swap[i]):
+                actions.append(SWAP)
+                prefetch.append(next(j for j, v in self.prefetch[i].items() if value(v)))
+                wait.append(next((j for j, v in self.wait[i].items() if value(v)), None))
+            else:
+                actions.append(RECOMPUTE if value(self.rec[i]) else KEEP)
+                prefetch.append(None)
+                wait.append(None)
+        return Plan.build(actions, prefetch, wait, profile=self.profile)
+
+    def decisions(self, plan: Plan) -> dict[int, int]:
+        """Values of the decision variables that encode `plan` (for hints and warm starts)."""
+        out: dict[int, int] = {}
+        for i, action in enumerate(plan.actions):
+            out[self.keep[i]] = int(action is KEEP)
+            out[self.swap[i]] = int(action is SWAP)
+            out[self.rec[i]] = int(action is RECOMPUTE)
+            for j, v in self.prefetch[i].items():
+                out[v] = int(action is SWAP and plan.prefetch_at[i] == j)
+            for j, v in self.wait[i].items():
+                out[v] = int(action is SWAP and plan.swap_wait[i] == j)
+        return out
+
+    def seconds(self, ticks: float) -> float:
+        return ticks * self.time_unit
+
+    def time_error_bound(self) -> float:
+        """Largest |model makespan - real makespan| of one plan, in seconds."""
+        return self.n_ops * self.time_unit / 2.0
+
+    def allows(self, plan: Plan) -> bool:
+        """Whether the model's restricted action set contains `plan`."""
+        d = self.decisions(plan)
+        return all(self.model.vars[v].hi >= val for v, val in d.items())
+
+
+def _time_unit(profile: Profile) -> tuple[float, int]:
+    """The time unit (seconds) and the horizon bound in units."""
+    dev = profile.device
+    total = 0.0
+    for layer in profile.layers:
+        total += 2 * layer.fwd + layer.bwd
+        total += dev.d2h_seconds(layer.saved_bytes) + dev.h2d_seconds(layer.saved_bytes)
+    unit = total / TIME_RESOLUTION if total > 0 else 1.0
+    return unit, TIME_RESOLUTION + 4 * len(profile.layers) + 4
+
+
+def build(
+    profile: Profile,
+    budget: float,
+    *,
+    actions: Sequence[Action] = (KEEP, SWAP, RECOMPUTE),
+    with_swap_wait: bool = True,
+) -> Formulation:
+    """Formulate the spec for `profile` under `budget`, over the given action set."""
+    n = len(profile.layers)
+    unit, horizon_units = _time_unit(profile)
+    dev = profile.device
+
+    def ticks(seconds: float) -> int:
+        return max(1, round(seconds / unit)) if seconds > 0 else 0
+
+    f = [ticks(layer.fwd) for layer in profile.layers]
+    b = [ticks(layer.bwd) for layer in profile.layers]
+    d_out = [ticks(dev.d2h_seconds(layer.saved_bytes)) for layer in profile.layers]
+    d_back = [ticks(dev.h2d_seconds(layer.saved_bytes)) for layer in profile.layers]
+    horizon = horizon_units
+    m = Model(horizon=horizon)
+
+    def time(name: str) -> int:
+        return m.new(name, 0, horizon)
+
+    keep = [m.new_bool(f"keep{i}") for i in range(n)]
+    swap = [m.new_bool(f"swap{i}") for i in range(n)]
+    rec = [m.new_bool(f"rec{i}") for i in range(n)]
+    for i in range(n):
+        m.add(ExactlyOne((pos(keep[i]), pos(swap[i]), pos(rec[i]))))
+        for action, v in ((KEEP, keep[i]), (SWAP, swap[i]), (RECOMPUTE, rec[i])):
+            if action not in actions:
+                m.vars[v] = Var(m.vars[v].name, 0, 0, True)
+
+    # prefetch_at: one literal per allowed step; exactly one when swapped.
+    prefetch: list[dict[int, int]] = []
+    wait: list[dict[int, int]] = []
+    for i in range(n):
+        pf = {j: m.new_bool(f"pf{i}_{j}") for j in range(i, n)}
+        prefetch.append(pf)
+        m.add(Linear(Expr((*((v, 1) for v in pf.values()), (swap[i], -1))), 0, 0))
+        for j, v in pf.items():
+            # j >= need(i): not every layer i+1 .. j+1 is recompute.
+            if j + 1 <= n - 1:
+                m.add(Clause((neg(v), *(neg(rec[k]) for k in range(i + 1, j + 2)))))
+        sw = {j: m.new_bool(f"sw{i}_{j}") for j in range(i + 1, n)} if with_swap_wait else {}
+        wait.append(sw)
+        if sw:
+            m.add(Linear(Expr((*((v, 1) for v in sw.values()), (swap[i], -1))), None, 0))
+
+    # -- forward and copies out ------------------------------------------------
+    fs = [time(f"F{i}.start") for i in range(n)]
+    fe = [time(f"F{i}.end") for i in range(n)]
+    os_ = [time(f"out{i}.start") for i in range(n)]
+    oe = [time(f"out{i}.end") for i in range(n)]
+    d2h = [time(f"d2h_free{i}") for i in range(n)]
+    for i in range(n):
+        terms: list[tuple[Expr, Lit | None]] = [] if i == 0 else [(var(fe[i - 1]), None)]
+        for x in range(i):
+            if i in wait[x]:
+                terms.append((var(oe[x]), pos(wait[x][i])))
+        m.add(MaxEq(fs[i], tuple(terms)))
+        m.add(Define(fe[i], var(fs[i]) + f[i], None))
+        prev_free = [] if i == 0 else [(var(d2h[i - 1]), None)]
+        m.add(MaxEq(os_[i], ((var(fe[i]), None), *prev_free)))
+        m.add(Define(oe[i], var(os_[i]) + d_out[i], None))
+        m.add(Define(d2h[i], var(oe[i]), pos(swap[i])))
+        m.add(Define(d2h[i], var(d2h[i - 1]) if i else const(0), neg(swap[i])))
+
+    # -- backward -----------------------------------------------------------------
+    issue = [time(f"issue{t}") for t in range(n)]
+    e = [time(f"B{t}.end") for t in range(n)]
+    bs = [time(f"B{t}.start") for t in range(n)]
+    enq = [time(f"enq{x}") for x in range(n)]
+    cbs = [time(f"back{x}.start") for x in range(n)]
+    cbe = [time(f"back{x}.end") for x in range(n)]
+    block_issue = [time(f"X{j}") for j in range(n)]
+    rs = [time(f"R{j}.start") for j in range(n)]
+    re_ = [time(f"R{j}.end") for j in range(n)]
+    for t in range(n):
+        m.add(Define(issue[t], var(fe[n - 1]) if t == n - 1 else var(e[t + 1]), None))
+
+    # Copy back: enqueued at the issue of its prefetch step; FIFO ordered by
+    # (prefetch step desc, layer desc); waits for its own copy out.
+    step = [Expr(tuple((v, j) for j, v in prefetch[x].items())) for x in range(n)]
+    for x in range(n):
+        for j, v in prefetch[x].items():
+            m.add(Define(enq[x], var(issue[j]), pos(v)))
+        m.add(Define(enq[x], const(0), neg(swap[x])))
+    for x in range(n):
+        terms = [(var(enq[x]), None), (var(oe[x]), None)]
+        for y in range(n):
+            if y == x:
+                continue
+            later_step = m.new_bool(f"ge{y}_{x}")
+            m.add(GeqReify(later_step, step[y] - step[x] - (0 if y > x else 1)))
+            before = m.new_bool(f"before{y}_{x}")
+            m.add(AndEq(before, (pos(later_step), pos(swap[y]), pos(swap[x]))))
+            terms.append((var(cbe[y]), pos(before)))
+        m.add(MaxEq(cbs[x], tuple(terms)))
+        m.add(Define(cbe[x], var(cbs[x]) + d_back[x], None))
+
+    # Recompute blocks: X_j is the issue time of the step whose block
+    # regenerates j (the top of j's run); the block waits for a swapped base.
+    first = [m.new_bool(f"first{j}") for j in range(n)]
+    cont = [m.new_bool(f"cont{j}") for j in range(n)]
+    top = [m.new_bool(f"top{t}") for t in range(n)]
+    for j in range(n - 1, -1, -1):
+        if j == n - 1:
+            m.add(Define(block_issue[j], var(issue[j]), None))
+        else:
+            m.add(Define(block_issue[j], var(block_issue[j + 1]), pos(rec[j + 1])))
+            m.add(Define(block_issue[j], var(issue[j]), neg(rec[j + 1])))
+    for j in range(n):
+        if j == 0:
+            m.add(AndEq(first[j], (pos(rec[j]),)))
+            m.add(AndEq(cont[j], (pos(rec[j]), neg(rec[j]))))
+        else:
+            m.add(AndEq(first[j], (pos(rec[j]), neg(rec[j - 1]))))
+            m.add(AndEq(cont[j], (pos(rec[j]), pos(rec[j - 1]))))
+        start_terms: list[tuple[Expr, Lit | None]] = [(var(block_issue[j]), None)]
+        if j > 0:
+            start_terms.append((var(cbe[j - 1]), pos(swap[j - 1])))
+        block_start = time(f"blockstart{j}")
+        m.add(MaxEq(block_start, tuple(start_terms)))
+        m.add(Define(rs[j], var(block_start), pos(first[j])))
+        if j > 0:
+            m.add(Define(rs[j], var(re_[j - 1]), pos(cont[j])))
+        m.add(Define(rs[j], const(0), neg(rec[j])))
+        m.add(Define(re_[j], var(rs[j]) + f[j], None))
+    for t in range(n):
+        m.add(AndEq(top[t], (pos(rec[t]),) if t == n - 1 else (pos(rec[t]), neg(rec[t + 1]))))
+        pred = time(f"pred{t}")
+        m.add(Define(pred, var(re_[t]), pos(top[t])))
+        m.add(Define(pred, var(issue[t]), neg(top[t])))
+        m.add(MaxEq(bs[t], ((var(pred), None), (var(cbe[t]), pos(swap[t])))))
+        m.add(Define(e[t], var(bs[t]) + b[t], None))
+
+    # -- memory --------------------------------------------------------------------
+    layers = profile.layers
+    sizes = [
+        v
+        for layer in layers
+        for v in (layer.saved_bytes, layer.fwd_work_bytes, layer.bwd_work_bytes)
+        if v > 0
+    ]
+    g = math.gcd(*sizes) if sizes else 1
+    m.capacity = max(-1, math.floor((budget - profile.static_bytes) / g))
+
+    def interval(name: str, start: int, end: int, nbytes: int, present: Lit | None) -> None:
+        if nbytes > 0:
+            m.intervals.append(Interval(start, end, nbytes // g, present))
+
+    for i, layer in enumerate(layers):
+        nxt = min(i + 1, n - 1)
+        s = layer.saved_bytes
+        saved_free = time(f"s{i}.free")
+        m.add(Define(saved_free, var(e[i]), pos(keep[i])))
+        m.add(Define(saved_free, var(fe[nxt]), pos(rec[i])))
+        swap_free = time(f"s{i}.swapfree")
+        m.add(MaxEq(swap_free, ((var(oe[i]), None), (var(fe[nxt]), None))))
+        m.add(Define(saved_free, var(swap_free), pos(swap[i])))
+        interval(f"s{i}", fs[i], saved_free, s, None)
+        interval(f"fw{i}", fs[i], fe[i], layer.fwd_work_bytes, None)
+        interval(f"back{i}", cbs[i], e[i], s, pos(swap[i]))
+        interval(f"regen{i}", rs[i], e[i], s, pos(rec[i]))
+        interval(f"rw{i}", rs[i], re_[i], layer.fwd_work_bytes, pos(rec[i]))
+        interval(f"bw{i}", bs[i], e[i], layer.bwd_work_bytes, None)
+
+    m.objective = e[0]
+    n_ops = 5 * n  # forward, recompute, backward, two copies per layer at most
+    return Formulation(m, profile, budget, unit, keep, swap, rec, prefetch, wait, n_ops)
+
+
+def evaluate(form: Formulation, decisions: dict[int, int]) -> list[int]:
+    """Every variable's value implied by the decision literals (model order).
+
+    The model is functional: given the plan, each defined variable follows
+    from earlier ones in creation order. Used to warm-start back-ends with a
+    complete assignment and, in tests, to check the model against the
+    simulator.
+    """
+    m = form.model
+    value = [0] * len(m.vars)
+    for v, val in decisions.items():
+        value[v] = val
+
+    def lit(x: Lit | None) -> bool:
+        return x is None or bool(value[x[0]]) == x[1]
+
+    def ev(ex: Expr) -> int:
+        return ex.const + sum(c * value[v] for v, c in ex.terms)
+
+    # Creation order is not topological (an issue time is the end of a later
+    # backward), so sweep until nothing changes; acyclic, so this terminates.
+    for _ in range(len(m.vars) + 1):
+        changed = False
+        for c in m.constraints:
+            if isinstance(c, Define):
+                if not lit(c.when):
+                    continue
+                new = ev(c.expr)
+            elif isinstance(c, MaxEq):
+                new = max([0, *(ev(ex) for ex, w in c.terms if lit(w))])
+            elif isinstance(c, AndEq):
+                new = int(all(lit(x) for x in c.lits))
+            elif isinstance(c, GeqReify):
+                new = int(ev(c.expr) >= 0)
+            else:
+                continue
+            if value[c.target] != new:
+                value[c.target] = new
+                changed = True
+        if not changed:
+            return value
+    raise RuntimeError("model evaluation did not converge: the model has a cycle")
