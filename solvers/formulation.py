@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from planopt.plan import KEEP, RECOMPUTE, SWAP, Action, Plan
 from planopt.profile import Profile
 
-TIME_RESOLUTION = 10**7
+TIME_RESOLUTION = 10**9
 
 # A literal: (variable index, positive?).
 Lit = tuple[int, bool]
@@ -122,6 +122,8 @@ class Interval:
     end: int
     demand: int
     present: Lit | None
+    in_forward: bool = False  # starts at some F_i start (MIP pruning uses it)
+    may_be_empty: bool = False  # can last zero time (then it occupies nothing)
 
 
 @dataclass
@@ -373,9 +375,14 @@ def build(
     g = math.gcd(*sizes) if sizes else 1
     m.capacity = max(-1, math.floor((budget - profile.static_bytes) / g))
 
-    def interval(name: str, start: int, end: int, nbytes: int, present: Lit | None) -> None:
+    def interval(
+        start: int, end: int, nbytes: int, present: Lit | None, min_len: int,
+        in_forward: bool = False,
+    ) -> None:
         if nbytes > 0:
-            m.intervals.append(Interval(start, end, nbytes // g, present))
+            m.intervals.append(
+                Interval(start, end, nbytes // g, present, in_forward, min_len == 0)
+            )
 
     for i, layer in enumerate(layers):
         nxt = min(i + 1, n - 1)
@@ -386,12 +393,14 @@ def build(
         swap_free = time(f"s{i}.swapfree")
         m.add(MaxEq(swap_free, ((var(oe[i]), None), (var(fe[nxt]), None))))
         m.add(Define(saved_free, var(swap_free), pos(swap[i])))
-        interval(f"s{i}", fs[i], saved_free, s, None)
-        interval(f"fw{i}", fs[i], fe[i], layer.fwd_work_bytes, None)
-        interval(f"back{i}", cbs[i], e[i], s, pos(swap[i]))
-        interval(f"regen{i}", rs[i], e[i], s, pos(rec[i]))
-        interval(f"rw{i}", rs[i], re_[i], layer.fwd_work_bytes, pos(rec[i]))
-        interval(f"bw{i}", bs[i], e[i], layer.bwd_work_bytes, None)
+        # min_len: the least the interval can last (0: it may vanish).
+        f_pair = f[i] + (f[nxt] if nxt != i else 0)
+        interval(fs[i], saved_free, s, None, f_pair, in_forward=True)
+        interval(fs[i], fe[i], layer.fwd_work_bytes, None, f[i], in_forward=True)
+        interval(cbs[i], e[i], s, pos(swap[i]), d_back[i] + b[i])
+        interval(rs[i], e[i], s, pos(rec[i]), f[i] + b[i])
+        interval(rs[i], re_[i], layer.fwd_work_bytes, pos(rec[i]), f[i])
+        interval(bs[i], e[i], layer.bwd_work_bytes, None, b[i])
 
     m.objective = e[0]
     n_ops = 5 * n  # forward, recompute, backward, two copies per layer at most
