@@ -47,12 +47,11 @@ def _read_json(source: str | os.PathLike | dict, kind: str) -> dict:
     return data
 
 
-def _check_format(data: dict, expected: str, error: type[Exception]) -> None:
+def _check_format(data: dict, expected: str) -> None:
     got = data.get("format")
     if got != expected:
-        raise error(
-            f"{expected.split('/')[0].split('.')[1]}: format must be {expected!r}, got {got!r}"
-        )
+        kind = expected.split("/")[0].split(".")[1]
+        raise FormatError(f"{kind}: format must be {expected!r}, got {got!r}")
 
 
 def _check_keys(
@@ -77,7 +76,7 @@ def profile_from_dict(data: dict) -> Profile:
     """A `Profile` from the parsed JSON of a `planopt.profile/1` document."""
     if not isinstance(data, dict):
         raise InvalidProfileError(f"profile: must be a JSON object, got {type(data).__name__}")
-    _check_format(data, PROFILE_FORMAT, InvalidProfileError)
+    _check_format(data, PROFILE_FORMAT)
     _check_keys(
         data,
         ("format", "device", "static_bytes", "layers"),
@@ -166,7 +165,7 @@ def plan_from_dict(data: dict) -> Plan:
     """A `Plan` from the parsed JSON of a `planopt.plan/1` document."""
     if not isinstance(data, dict):
         raise InvalidPlanError(f"plan: must be a JSON object, got {type(data).__name__}")
-    _check_format(data, PLAN_FORMAT, InvalidPlanError)
+    _check_format(data, PLAN_FORMAT)
     _check_keys(data, ("format", "layers"), ("profile", "name"), "plan", InvalidPlanError)
     fingerprint = data.get("profile")
     if fingerprint is not None and not isinstance(fingerprint, str):

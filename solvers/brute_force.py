@@ -1,0 +1,144 @@
+"""The test oracle: try every valid plan of a tiny net and keep the fastest that fits.
+
+Exact methods must match it and heuristics must never beat it, so it is kept
+as plain as possible: no pruning, no bounds, just enumeration in a fixed
+order and the one cost model (`problem.scorer`). `need(i)` is recomputed
+here from the spec's wording rather than borrowed from `planopt.plan`, so a
+mistake there shows up as a disagreement instead of being shared.
+
+Enumeration order (it decides ties): action tuples in `itertools.product`
+order over (keep, swap, recompute) with layer 0 varying slowest; within one
+action tuple, swapped layers in index order, each trying `prefetch_at`
+ascending and, for each, `swap_wait` None first, then ascending.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator
+
+from planopt.errors import SolverOptionError
+from planopt.plan import KEEP, RECOMPUTE, SWAP, Action, Plan
+from planopt.problem import Problem
+from planopt.result import SolverOutput, Status
+
+ACTIONS: tuple[Action, ...] = (KEEP, SWAP, RECOMPUTE)
+_CHECK_EVERY = 256  # candidates between deadline checks
+
+RawPlan = tuple[tuple[Action, ...], tuple[int | None, ...], tuple[int | None, ...]]
+
+
+def _need(actions: tuple[Action, ...], i: int) -> int:
+    """Top of the recompute run directly above `i` if `i+1` is recompute, else `i`."""
+    j = i
+    while j + 1 < len(actions) and actions[j + 1] is RECOMPUTE:
+        j += 1
+    return j
+
+
+def enumerate_raw(n_layers: int, *, with_swap_wait: bool = True) -> Iterator[RawPlan]:
+    """Every valid plan as `(actions, prefetch_at, swap_wait)` tuples, in the module's order."""
+    if n_layers < 1:
+        raise ValueError(f"n_layers must be >= 1, got {n_layers}")
+    n = n_layers
+    for actions in itertools.product(ACTIONS, repeat=n):
+        per_swap: list[list[tuple[int, int, int | None]]] = []
+        for i, action in enumerate(actions):
+            if action is SWAP:
+                waits: list[int | None] = [None]
+                if with_swap_wait:
+                    waits += list(range(i + 1, n))
+                per_swap.append([(i, p, w) for p in range(_need(actions, i), n) for w in waits])
+        for combo in itertools.product(*per_swap):
+            prefetch: list[int | None] = [None] * n
+            wait: list[int | None] = [None] * n
+            for i, p, w in combo:
+                prefetch[i] = p
+                wait[i] = w
+            yield actions, tuple(prefetch), tuple(wait)
+
+
+def enumerate_plans(n_layers: int, *, with_swap_wait: bool = True) -> Iterator[Plan]:
+    """Every valid plan of an `n_layers` chain (without names or fingerprint)."""
+    for actions, prefetch, wait in enumerate_raw(n_layers, with_swap_wait=with_swap_wait):
+        yield Plan(actions, prefetch, wait)
+
+
+def _check_options(with_swap_wait: object, max_layers: object) -> None:
+    if not isinstance(with_swap_wait, bool):
+        raise SolverOptionError(
+            f"method 'brute-force': with_swap_wait must be true or false, got {with_swap_wait!r}"
+        )
+    if isinstance(max_layers, bool) or not isinstance(max_layers, int) or max_layers < 1:
+        raise SolverOptionError(
+            f"method 'brute-force': max_layers must be an integer >= 1, got {max_layers!r}"
+        )
+
+
+def brute_force(
+    problem: Problem, *, with_swap_wait: bool = True, max_layers: int = 6
+) -> SolverOutput:
+    """The fastest plan within the budget over all plans (ties: lowest peak, then first).
+
+    Refuses nets longer than `max_layers` (the count of plans grows faster
+    than exponentially). Stops at the deadline with the best plan so far
+    (`feasible`) or none (`timeout`).
+    """
+    _check_options(with_swap_wait, max_layers)
+    n = problem.n
+    if n > max_layers:
+        raise SolverOptionError(
+            f"method 'brute-force': the net must have at most max_layers={max_layers} layers "
+            f"(the number of plans explodes), got {n}; raise max_layers to allow it"
+        )
+    score = problem.scorer.score
+    best: RawPlan | None = None
+    best_key = (math.inf, math.inf)
+    smallest_peak = math.inf
+    tried = 0
+    for candidate in enumerate_raw(n, with_swap_wait=with_swap_wait):
+        if tried % _CHECK_EVERY == 0 and problem.expired():
+            return _stopped(problem, best, best_key, tried)
+        tried += 1
+        makespan, peak = score(*candidate)
+        smallest_peak = min(smallest_peak, peak)
+        if problem.fits(peak) and (makespan, peak) < best_key:
+            best, best_key = candidate, (makespan, peak)
+    if best is None:
+        return SolverOutput(
+            None,
+            Status.INFEASIBLE,
+            message=(
+                f"no plan fits the budget {problem.budget:.0f} bytes: the smallest peak of "
+                f"all {tried} plans is {smallest_peak} bytes"
+            ),
+        )
+    return SolverOutput(
+        _as_plan(problem, best),
+        Status.OPTIMAL,
+        lower_bound=best_key[0],
+        message=f"best of {tried} plans",
+    )
+
+
+def _stopped(
+    problem: Problem, best: RawPlan | None, best_key: tuple[float, float], tried: int
+) -> SolverOutput:
+    if best is None:
+        return SolverOutput(
+            None,
+            Status.TIMEOUT,
+            message=f"time limit reached after {tried} plans, none within the budget yet",
+        )
+    return SolverOutput(
+        _as_plan(problem, best),
+        Status.FEASIBLE,
+        lower_bound=problem.profile.t_ideal,
+        message=f"time limit reached after {tried} plans; best so far {best_key[0]:.6g} s",
+    )
+
+
+def _as_plan(problem: Problem, raw: RawPlan) -> Plan:
+    actions, prefetch, wait = raw
+    return Plan.build(actions, prefetch, wait, profile=problem.profile)

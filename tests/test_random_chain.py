@@ -1,0 +1,186 @@
+"""Synthetic chains: deterministic per seed, valid for every family and length."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planopt.budget import keep_all_peak, min_budget
+from planopt.errors import InvalidProfileError
+from planopt.io import profile_from_dict, profile_to_dict
+from planopt.profile import Device, Layer
+from planopt.random_chain import DEFAULT_DEVICE, FAMILIES, random_chain, repeated_chain
+
+
+def _numbers(layer: Layer) -> tuple:
+    return (layer.fwd, layer.bwd, layer.saved_bytes, layer.fwd_work_bytes, layer.bwd_work_bytes)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_valid_for_every_length(family):
+    for n in range(1, 201):
+        p = random_chain(n, seed=n, family=family)
+        assert len(p) == n
+        assert p.names == tuple(f"l{i}" for i in range(n))
+        assert all(x.fwd > 0 and x.bwd > 0 for x in p.layers)
+        assert sum(x.saved_bytes for x in p.layers) > 0
+        # static is the stated fraction (0.25) of the summed saved bytes
+        assert p.static_bytes == round(0.25 * sum(x.saved_bytes for x in p.layers))
+        assert profile_from_dict(profile_to_dict(p)) == p  # survives the JSON format
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_deterministic_per_seed_and_different_across_seeds(family):
+    for n in (1, 7, 60):
+        assert random_chain(n, seed=3, family=family) == random_chain(n, seed=3, family=family)
+    chains = {
+        tuple(map(_numbers, random_chain(40, seed=s, family=family).layers)) for s in range(8)
+    }
+    assert len(chains) == 8
+
+
+def test_default_call_is_mixed_seed_zero():
+    assert random_chain(25) == random_chain(25, seed=0, family="mixed")
+    assert random_chain(25).device == DEFAULT_DEVICE
+    assert random_chain(25).name == "random-mixed-n25-seed0"
+    assert "seed=0" in random_chain(25).source
+
+
+def test_equal_signatures_mean_equal_numbers_without_noise():
+    for family in FAMILIES:
+        for seed in range(10):
+            seen: dict[str, tuple] = {}
+            for layer in random_chain(120, seed=seed, family=family).layers:
+                if layer.signature is not None:
+                    assert seen.setdefault(layer.signature, _numbers(layer)) == _numbers(layer)
+
+
+def test_transformer_family_repeats_a_block():
+    for seed in range(10):
+        p = random_chain(100, seed=seed, family="transformer")
+        sigs = [x.signature for x in p.layers]
+        block = [s for s in sigs if s.startswith("blk.")]
+        period = len(set(block))
+        assert 4 <= period <= 12
+        assert len(block) % period == 0 and len(block) >= period
+        assert block == block[:period] * (len(block) // period)  # exact repetition
+        assert sigs[0] == "embed" and sigs[-1].startswith("head")
+
+
+def test_transformer_noise_perturbs_times_but_keeps_signatures():
+    clean = random_chain(60, seed=4, family="transformer")
+    noisy = random_chain(60, seed=4, family="transformer", noise=0.05)
+    assert [x.signature for x in clean.layers] == [x.signature for x in noisy.layers]
+    assert [x.saved_bytes for x in clean.layers] == [x.saved_bytes for x in noisy.layers]
+    assert [x.fwd for x in clean.layers] != [x.fwd for x in noisy.layers]
+    body = [x for x in noisy.layers if x.signature == "blk.op0"]
+    assert len({x.fwd for x in body}) > 1
+
+
+def test_cnn_family_shrinks_by_stage():
+    for seed in range(10):
+        p = random_chain(80, seed=seed, family="cnn")
+        stage_of = [int(x.signature.split(".")[0][1:]) for x in p.layers]
+        assert stage_of == sorted(stage_of) and stage_of[0] == 0
+        conv = {}
+        for s, layer in zip(stage_of, p.layers, strict=True):
+            if layer.signature.endswith(".conv"):
+                conv.setdefault(s, layer)
+        sizes = [conv[s].saved_bytes for s in sorted(conv)]
+        assert all(a > b for a, b in itertools.pairwise(sizes))
+        # each stage starts with its convolution, followed by cheaper ops
+        for i, layer in enumerate(p.layers):
+            if i == 0 or stage_of[i] != stage_of[i - 1]:
+                assert layer.signature.endswith(".conv")
+            elif not layer.signature.endswith(".conv"):
+                assert layer.fwd < conv[stage_of[i]].fwd
+
+
+def test_uniform_family_has_no_signatures_and_varies():
+    p = random_chain(200, seed=1, family="uniform")
+    assert all(x.signature is None for x in p.layers)
+    assert len({x.saved_bytes for x in p.layers}) == 200
+
+
+def test_mixed_family_joins_families_with_distinct_signatures():
+    kinds = set()
+    for seed in range(20):
+        p = random_chain(90, seed=seed, family="mixed")
+        for x in p.layers:
+            if x.signature is not None:
+                assert x.signature.startswith("seg")
+                kinds.add(x.signature.split(".")[1])
+    assert kinds == {"cnn", "transformer"}  # uniform segments carry no signature
+
+
+def test_options_are_honoured():
+    dev = Device("slow", h2d_bandwidth=1e9, d2h_bandwidth=2e9, transfer_latency=0.0)
+    p = random_chain(30, seed=2, family="uniform", device=dev, static_fraction=0.0)
+    assert p.device == dev
+    assert p.static_bytes == 0
+    q = random_chain(30, seed=2, family="uniform", static_fraction=1.0)
+    assert q.static_bytes == sum(x.saved_bytes for x in q.layers)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"n_layers": 0}, "n_layers must be an integer >= 1, got 0"),
+        ({"n_layers": 2.0}, "n_layers must be an integer >= 1, got 2.0"),
+        (
+            {"n_layers": 3, "family": "rnn"},
+            "family must be one of uniform, cnn, transformer, mixed, got 'rnn'",
+        ),
+        ({"n_layers": 3, "static_fraction": -0.1}, "static_fraction must be finite and >= 0"),
+        ({"n_layers": 3, "noise": float("nan")}, "noise must be finite and >= 0"),
+    ],
+)
+def test_bad_arguments_state_the_rule(kwargs, message):
+    n = kwargs.pop("n_layers")
+    with pytest.raises(InvalidProfileError, match=message.replace("(", r"\(").replace(".", r"\.")):
+        random_chain(n, **kwargs)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(min_value=1, max_value=60),
+    seed=st.integers(min_value=0, max_value=2**32 - 1),
+    family=st.sampled_from(FAMILIES),
+)
+def test_budgets_are_ordered(n, seed, family):
+    p = random_chain(n, seed=seed, family=family)
+    assert p.static_bytes < min_budget(p) <= keep_all_peak(p)
+
+
+# -- repeated_chain ----------------------------------------------------------------
+
+
+def test_repeated_chain_layout():
+    a = Layer("a", 1.0, 2.0, 10, signature="sa")
+    b = Layer("b", 0.5, 1.0, 20)
+    pre, post = Layer("pre", 1.0, 1.0, 5), Layer("post", 1.0, 1.0, 5)
+    chain = repeated_chain([a, b], 3, prefix=[pre], suffix=[post])
+    assert [x.name for x in chain] == [
+        "pre",
+        "b0.a",
+        "b0.b",
+        "b1.a",
+        "b1.b",
+        "b2.a",
+        "b2.b",
+        "post",
+    ]
+    assert [x.signature for x in chain[1:-1]] == ["sa", "b"] * 3  # missing ones: the name
+    assert [x.saved_bytes for x in chain[1:-1]] == [10, 20] * 3
+    assert chain[0] is pre and chain[-1] is post
+    assert repeated_chain([a], 0, prefix=[pre]) == (pre,)
+
+
+def test_repeated_chain_rejects_bad_input():
+    with pytest.raises(InvalidProfileError, match="repeats must be an integer >= 0, got -1"):
+        repeated_chain([Layer("a", 1.0, 1.0, 1)], -1)
+    with pytest.raises(InvalidProfileError, match="block must hold at least one layer"):
+        repeated_chain([], 2)
