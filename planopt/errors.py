@@ -43,6 +43,10 @@ class SolverUnavailableError(PlanoptError, RuntimeError):
     """A registered method needs a package that is not installed."""
 
 
+class SolverCrashError(PlanoptError, RuntimeError):
+    """A back-end died (an abort inside its native code) instead of answering."""
+
+
 class SolverOptionError(PlanoptError, ValueError):
     """A solver option is unknown or out of range (time limit, backend...)."""
 

@@ -7,10 +7,12 @@ dictionary from our constraint kinds to its calls.
 
 from __future__ import annotations
 
+import multiprocessing as mp
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from planopt.errors import SolverCrashError
 from solvers.formulation import (
     AndEq,
     Clause,
@@ -115,17 +117,12 @@ def solve_cpsat(
         for x, value in zip(xs, hint, strict=True):
             model.add_hint(x, value)
 
-    solver = cp_model.CpSolver()
-    params = solver.parameters
-    if time_limit is not None:
-        params.max_time_in_seconds = max(0.01, time_limit)
-    params.num_workers = max(1, threads)
-    params.random_seed = seed
-    # NOTE: interleaved search makes multi-worker runs reproducible for a
-    # given seed and thread count (a race between parallel workers is not).
-    params.interleave_search = True
-    params.log_search_progress = False
-    code = solver.solve(model)
+    params = {
+        "max_time_in_seconds": None if time_limit is None else max(0.01, time_limit),
+        "num_workers": max(1, threads),
+        "random_seed": seed,
+    }
+    code, values, objective, bound = run_isolated(model, xs, params)
     if code == cp_model.OPTIMAL:
         status = "optimal"
     elif code == cp_model.FEASIBLE:
@@ -133,6 +130,62 @@ def solve_cpsat(
     elif code == cp_model.INFEASIBLE:
         return BackendResult("infeasible", None, None, None)
     else:
-        return BackendResult("unknown", None, None, solver.best_objective_bound)
-    values = [int(solver.value(x)) for x in xs]
-    return BackendResult(status, values, solver.objective_value, solver.best_objective_bound)
+        return BackendResult("unknown", None, None, bound)
+    return BackendResult(status, values, objective, bound)
+
+
+def _solve_here(model: cp_model.CpModel, xs: list, params: dict, use_lns: bool):
+    solver = cp_model.CpSolver()
+    p = solver.parameters
+    if params["max_time_in_seconds"] is not None:
+        p.max_time_in_seconds = params["max_time_in_seconds"]
+    p.num_workers = params["num_workers"]
+    p.random_seed = params["random_seed"]
+    # NOTE: interleaved search makes multi-worker runs reproducible for a
+    # given seed and thread count (a race between parallel workers is not).
+    p.interleave_search = True
+    p.use_lns = use_lns
+    p.log_search_progress = False
+    code = solver.solve(model)
+    values = None
+    if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        values = [int(solver.value(x)) for x in xs]
+        return code, values, solver.objective_value, solver.best_objective_bound
+    return code, None, None, solver.best_objective_bound
+
+
+def _child(conn, model, xs, params, use_lns) -> None:  # pragma: no cover - runs in a fork
+    try:
+        conn.send(_solve_here(model, xs, params, use_lns))
+    finally:
+        conn.close()
+
+
+def run_isolated(model: cp_model.CpModel, xs: list, params: dict):
+    """Solve in a forked child so an OR-Tools internal abort cannot kill the caller.
+
+    NOTE: CP-SAT 9.15 has aborted the whole process ("Check failed: ...")
+    inside its LNS workers on our cumulative models, rarely and not
+    reproducibly (compare or-tools issue 4898). A crashed child is retried
+    once without LNS; only a second crash is reported. Where `fork` is not
+    available the solve runs in this process.
+    """
+    if "fork" not in mp.get_all_start_methods():
+        return _solve_here(model, xs, params, use_lns=True)
+    ctx = mp.get_context("fork")
+    for use_lns in (True, False):
+        receiver, sender = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_child, args=(sender, model, xs, params, use_lns), daemon=True)
+        proc.start()
+        sender.close()
+        try:
+            result = receiver.recv()
+        except EOFError:
+            result = None
+        proc.join()
+        if result is not None:
+            return result
+    raise SolverCrashError(
+        "CP-SAT aborted twice (an OR-Tools internal check failed); try another seed, "
+        "threads=1 or another backend"
+    )

@@ -299,7 +299,6 @@ def build(
     issue = [time(f"issue{t}") for t in range(n)]
     e = [time(f"B{t}.end") for t in range(n)]
     bs = [time(f"B{t}.start") for t in range(n)]
-    enq = [time(f"enq{x}") for x in range(n)]
     cbs = [time(f"back{x}.start") for x in range(n)]
     cbe = [time(f"back{x}.end") for x in range(n)]
     block_issue = [time(f"X{j}") for j in range(n)]
@@ -308,24 +307,23 @@ def build(
     for t in range(n):
         m.add(Define(issue[t], var(fe[n - 1]) if t == n - 1 else var(e[t + 1]), None))
 
-    # Copy back: enqueued at the issue of its prefetch step; FIFO ordered by
-    # (prefetch step desc, layer desc); waits for its own copy out.
-    step = [Expr(tuple((v, j) for j, v in prefetch[x].items())) for x in range(n)]
+    # Copy back: enqueued at the issue of its prefetch step, higher layer
+    # first, FIFO; waits for its own copy out. The queue is walked in its
+    # fixed order of (step, layer) slots; slot (j, x) is used when x's
+    # prefetch step is j, and `h2d` carries the engine's free time along.
+    h2d: Expr = const(0)
+    for j in range(n - 1, -1, -1):
+        for x in range(j, -1, -1):
+            used = prefetch[x][j]
+            start = time(f"slot{j}_{x}.start")
+            m.add(MaxEq(start, ((var(issue[j]), None), (h2d, None), (var(oe[x]), None))))
+            m.add(Define(cbs[x], var(start), pos(used)))
+            after = time(f"h2d_free{j}_{x}")
+            m.add(Define(after, var(start) + d_back[x], pos(used)))
+            m.add(Define(after, h2d, neg(used)))
+            h2d = var(after)
     for x in range(n):
-        for j, v in prefetch[x].items():
-            m.add(Define(enq[x], var(issue[j]), pos(v)))
-        m.add(Define(enq[x], const(0), neg(swap[x])))
-    for x in range(n):
-        terms = [(var(enq[x]), None), (var(oe[x]), None)]
-        for y in range(n):
-            if y == x:
-                continue
-            later_step = m.new_bool(f"ge{y}_{x}")
-            m.add(GeqReify(later_step, step[y] - step[x] - (0 if y > x else 1)))
-            before = m.new_bool(f"before{y}_{x}")
-            m.add(AndEq(before, (pos(later_step), pos(swap[y]), pos(swap[x]))))
-            terms.append((var(cbe[y]), pos(before)))
-        m.add(MaxEq(cbs[x], tuple(terms)))
+        m.add(Define(cbs[x], const(0), neg(swap[x])))
         m.add(Define(cbe[x], var(cbs[x]) + d_back[x], None))
 
     # Recompute blocks: X_j is the issue time of the step whose block
@@ -402,6 +400,9 @@ def build(
         interval(rs[i], re_[i], layer.fwd_work_bytes, pos(rec[i]), f[i])
         interval(bs[i], e[i], layer.bwd_work_bytes, None, b[i])
 
+    # Redundant: the compute stream alone takes every forward, backward and
+    # recomputation (helps the LP bound; implied by the definitions above).
+    m.add(Linear(var(e[0]) - Expr(tuple((rec[j], f[j]) for j in range(n))), sum(f) + sum(b), None))
     m.objective = e[0]
     n_ops = 5 * n  # forward, recompute, backward, two copies per layer at most
     return Formulation(m, profile, budget, unit, keep, swap, rec, prefetch, wait, n_ops)

@@ -1,0 +1,508 @@
+"""PoocH, the published greedy (Ito et al., IPSJ SIG-HPC 2018; PPoPP 2019
+poster; arXiv:1907.05013): keep vs swap, then swap vs recompute, then
+prefetch timing, every candidate scored by our simulator.
+
+NOTE (what follows the published method, as the project's issue states it
+from the paper and the authors' Chainer code, and what is our reading; we
+could not consult the paper's full text ourselves):
+
+* Stage 1, keep vs swap (published): start from swapping everything; give
+  memory back to `keep` while the budget holds, first to the tensors whose
+  copy out made the forward wait, latest first, stopping at the first that
+  does not fit; then to every other tensor in reverse forward order,
+  skipping those that do not fit. No time comparison. Our reading of "made
+  the forward wait": in our model the forward waits on a copy only through
+  swap_wait, so a copy out counts as exposed when it is still running at the
+  end of the next forward (`out_end[i] > f_end[i+1]`, the instant PoocH's
+  forward would have had to wait for that memory), or when it delayed a
+  forward through its swap_wait. The set is read once from the starting
+  plan's schedule, as PoocH reads it from its all-swap profiling run.
+* Stage 2, swap vs recompute (published): for each swapped tensor, swap cost
+  = the makespan it adds (makespan minus makespan with its copies free) and
+  recompute cost = the compute it would add (its forward time: merging it
+  into a recompute run adds exactly `fwd_i` to the recomputed work),
+  infinite when recomputing breaks the budget. Tensors with swap cost 0 or
+  ratio recompute/swap >= 1 are dropped for good; the smallest ratio is
+  turned into recompute; the rest are re-scored; repeat. Our reading: the
+  budget is checked only for candidates with ratio < 1, in ratio order, and
+  one that breaks it is dropped for good (its ratio is infinite); ties go to
+  the lower layer index. All probes of a round are one batched pass
+  (`solvers.scoring.free_copy_makespans`). Option `retry_over_budget=True`
+  (ours) instead tries such a candidate again in later rounds: recomputing
+  others changes memory, and dropping it can leave a large copy exposed
+  (experiments/results/solver_time.md shows the effect).
+* Stage 3, prefetch timing (published: issue each copy back as early as
+  memory allows, then as late as it can go without exposing its transfer).
+  Our reading: (a) in order of need, move each copy back to the earliest
+  step that fits the budget, never ahead of the copy needed before it (the
+  H2D queue stays in order of need); the search gallops down from the
+  earliest allowed step, so it finds a fitting step, not always the earliest
+  one when fitting is not monotone; (b) with the makespan `T` so reached, in
+  reverse order of need move each copy back as late as it goes with
+  makespan <= `T` and the budget held, starting from the step the schedule
+  says its transfer can still be hidden behind.
+* Stage 4, memory fallback (ours; PoocH's forward simply waits at run time
+  for a copy to free memory): when all-swap does not fit, we start from
+  `planopt.min_memory_plan` (every forward waits for the copy out below it,
+  every copy back is issued at the step that needs it; its peak is exactly
+  `min_budget` when every time is positive, so any budget >= min_budget is
+  met; with zero-time layers we also try keep-all before giving up) and take
+  back what the budget does not need: first each just-in-time copy back
+  becomes one step ahead, then each swap_wait is removed, latest layer
+  first, skipping those that would break the budget. Stages 1-3 then start
+  from that plan, and before stage 3 the waits that stages 1-2 made unneeded
+  are removed again (without a wait the forward only starts earlier).
+
+Speed (ours, same choices): "skip those that do not fit" passes try
+candidates in blocks that grow while they fit (`_Greedy.accept_each`),
+"stop at the first that does not fit" bisects (`accept_prefix`); both take
+exactly what one-at-a-time would when fitting is monotone in the set of
+changes. Stage 1 skips the simulation of a keep whose kept bytes alone exceed
+the budget (`keeps_cannot_fit`, a proven lower bound).
+
+Determinism: every loop runs in layer order (ties by layer index). The time
+limit is checked between candidates; on expiry the current plan, which fits
+the budget at every step, is returned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from planopt.errors import SolverOptionError
+from planopt.plan import KEEP, RECOMPUTE, SWAP, Action, Plan, need_indices
+from planopt.problem import Problem
+from planopt.result import SolverOutput, Status
+from planopt.simulate import Timing
+from solvers.baselines import all_swap_actions
+from solvers.scoring import free_copy_makespans
+
+# A swap cost at or below this fraction of the makespan counts as zero.
+_ZERO_COST = 1e-12
+
+
+@dataclass
+class _Work:
+    """The plan being improved, as mutable lists (the scorer's input form)."""
+
+    actions: list[Action]
+    prefetch: list[int | None]
+    wait: list[int | None]
+
+    def lists(self):
+        return self.actions, self.prefetch, self.wait
+
+    def swapped(self) -> list[int]:
+        return [i for i, a in enumerate(self.actions) if a is SWAP]
+
+
+@dataclass
+class _Log:
+    """What each stage did, for the result's message."""
+
+    stage4: bool = False
+    kept: int = 0
+    recomputed: int = 0
+    moved: int = 0
+
+
+_Change = Callable[[int], Callable[[], None]]
+"""Makes one change to the working plan and returns the function that undoes it."""
+
+
+class _NoPlan(Exception):
+    """No plan found within the budget; the message says why."""
+
+
+class _Expired(Exception):
+    """The time limit passed; the current plan is returned."""
+
+
+class _Greedy:
+    def __init__(self, problem: Problem, *, retry_over_budget: bool = False) -> None:
+        self.problem = problem
+        self.retry_over_budget = retry_over_budget
+        self.scorer = problem.scorer
+        self.n = problem.n
+        self.log = _Log()
+
+    # -- scoring helpers ------------------------------------------------------
+
+    def tick(self) -> None:
+        if self.problem.expired():
+            raise _Expired
+
+    def score(self, w: _Work) -> tuple[float, int]:
+        return self.scorer.score(*w.lists())
+
+    def fits(self, w: _Work) -> bool:
+        return self.problem.fits(self.score(w)[1])
+
+    def timing(self, w: _Work) -> Timing:
+        return self.scorer.timing(*w.lists())
+
+    def accept_each(
+        self,
+        w: _Work,
+        items: list[int],
+        change: _Change,
+        cannot_fit: Callable[[list[int]], bool] | None = None,
+    ) -> int:
+        """Make `change(i)` for each item in order, skipping those that break the budget.
+
+        Items are tried in blocks whose size doubles after a block fits and
+        halves after one does not (down to one item, which is then skipped).
+        When fitting is monotone in the set of changes this takes exactly what
+        one-at-a-time would, in fewer simulations when long runs fit.
+        `cannot_fit(block)`, when given, is a cheap lower-bound test that
+        skips the simulation of a block that surely breaks the budget.
+        """
+        taken, k, size = 0, 0, 1
+        while k < len(items):
+            self.tick()
+            part = items[k : k + size]
+            if cannot_fit is not None and cannot_fit(part):
+                ok = False
+            else:
+                undos = [change(i) for i in part]
+                ok = self.fits(w)
+                if not ok:
+                    for undo in reversed(undos):
+                        undo()
+            if ok:
+                taken += len(part)
+                k += len(part)
+                size *= 2
+            elif size > 1:
+                size //= 2
+            else:
+                k += 1
+        return taken
+
+    def accept_prefix(self, w: _Work, items: list[int], change: _Change) -> int:
+        """Make `change(i)` for items in order, stopping at the first that breaks the budget.
+
+        The cut is found by bisection (exact when fitting is monotone in the prefix).
+        """
+        undos: list[Callable[[], None]] = []
+
+        def set_prefix(k: int) -> None:
+            while len(undos) > k:
+                undos.pop()()
+            while len(undos) < k:
+                undos.append(change(items[len(undos)]))
+
+        good, bad = 0, len(items) + 1
+        probe = len(items)
+        while bad - good > 1:
+            set_prefix(good)  # a plan that fits, should the time limit stop us here
+            self.tick()
+            set_prefix(probe)
+            if self.fits(w):
+                good = probe
+            else:
+                bad = probe
+            probe = (good + bad) // 2
+        set_prefix(good)
+        return good
+
+    # -- start and stage 4 ---------------------------------------------------
+
+    def start(self, w: _Work) -> None:
+        """Leave all-swap (`w`) when it fits, else make `w` the stage-4 plan."""
+        n = self.n
+        if self.fits(w):
+            return
+        # Stage 4: the minimum-memory plan, then take back what the budget allows.
+        for i in w.swapped():
+            w.prefetch[i] = i
+            w.wait[i] = i + 1
+        if not self.fits(w):
+            self.fallback(w)
+            return
+        self.log.stage4 = True
+
+        def ahead(i: int) -> Callable[[], None]:
+            w.prefetch[i] = i + 1
+            return lambda: w.prefetch.__setitem__(i, i)
+
+        self.accept_each(w, [i for i in reversed(w.swapped()) if i + 1 <= n - 1], ahead)
+        self.drop_waits(w)
+
+    def fallback(self, w: _Work) -> None:
+        """min_memory_plan misses a budget >= min_budget only with zero-time layers
+        (min_budget is then a lower bound); keep-all, whose tensors such layers
+        can make vanish, is the one other plan we try."""
+        n = self.n
+        min_peak = self.score(w)[1]
+        w.actions[:], w.prefetch[:], w.wait[:] = [KEEP] * n, [None] * n, [None] * n
+        if not self.fits(w):
+            raise _NoPlan(
+                f"pooch: found no plan within the budget {self.problem.budget:.0f} bytes: "
+                f"the minimum-memory plan peaks at {min_peak} bytes (with zero-time layers "
+                f"min_budget {self.problem.min_budget} is only a lower bound)"
+            )
+
+    def drop_waits(self, w: _Work) -> None:
+        """Remove every swap_wait the budget does not need, latest layer first.
+
+        Without a wait the forward only starts earlier, so no time is lost.
+        """
+
+        def no_wait(i: int) -> Callable[[], None]:
+            old = w.wait[i]
+            w.wait[i] = None
+            return lambda: w.wait.__setitem__(i, old)
+
+        self.accept_each(w, [i for i in reversed(w.swapped()) if w.wait[i] is not None], no_wait)
+
+    # -- stage 1 ---------------------------------------------------------------
+
+    def exposed(self, w: _Work) -> list[int]:
+        """Swapped tensors whose copy out made (or would make) the forward wait."""
+        tm = self.timing(w)
+        n = self.n
+        out = []
+        for i in w.swapped():
+            late = i + 1 < n and tm.out_end[i] > tm.f_end[i + 1]
+            j = w.wait[i]
+            waited = j is not None and tm.out_end[i] > tm.f_end[j - 1]
+            if late or waited:
+                out.append(i)
+        return out
+
+    def stage1(self, w: _Work) -> None:
+        def keep(i: int) -> Callable[[], None]:
+            old = (w.prefetch[i], w.wait[i])
+            w.actions[i], w.prefetch[i], w.wait[i] = KEEP, None, None
+
+            def undo() -> None:
+                w.actions[i] = SWAP
+                w.prefetch[i], w.wait[i] = old
+
+            return undo
+
+        self.log.kept += self.accept_prefix(w, sorted(self.exposed(w), reverse=True), keep)
+        self.log.kept += self.accept_each(
+            w, list(reversed(w.swapped())), keep, self.keeps_cannot_fit(w)
+        )
+
+    def keeps_cannot_fit(self, w: _Work) -> Callable[[list[int]], bool] | None:
+        """A lower bound for keeping more: every kept tensor is live at once.
+
+        When the highest kept layer `k` allocates (start of `F_k`), no kept
+        tensor has been freed yet (frees come at the end of backward steps,
+        after `F_k` ends); with `fwd_k > 0` that instant is strictly before
+        any such free, so the peak is at least static + all kept bytes. Used
+        only when every forward time is positive (zero-time layers would
+        allow a free at that very instant).
+        """
+        if min(self.scorer.fwd) <= 0:
+            return None
+        size, static = self.scorer.size, self.scorer.static
+
+        def cannot_fit(part: list[int]) -> bool:
+            kept = sum(s for s, a in zip(size, w.actions, strict=True) if a is KEEP)
+            return not self.problem.fits(static + kept + sum(size[i] for i in part))
+
+        return cannot_fit
+
+    # -- stage 2 ---------------------------------------------------------------
+
+    def to_recompute(self, w: _Work, i: int) -> bool:
+        """Recompute `i`, moving the copy back of the run's base to keep its lead."""
+        self.tick()
+        old_need = need_indices(w.actions)
+        saved = (list(w.actions), list(w.prefetch), list(w.wait))
+        w.actions[i], w.prefetch[i], w.wait[i] = RECOMPUTE, None, None
+        need = need_indices(w.actions)
+        for j in range(i - 1, -1, -1):
+            if w.actions[j] is not RECOMPUTE:
+                if w.actions[j] is SWAP and w.prefetch[j] < need[j]:
+                    lead = w.prefetch[j] - old_need[j]
+                    w.prefetch[j] = min(need[j] + lead, self.n - 1)
+                break
+        if self.fits(w):
+            return True
+        w.actions, w.prefetch, w.wait = saved
+        return False
+
+    def stage2(self, w: _Work) -> None:
+        fwd = self.scorer.fwd
+        candidates = w.swapped()
+        while candidates:
+            self.tick()
+            makespan, free = free_copy_makespans(self.scorer, *w.lists(), candidates)
+            ranked = []
+            for c, t_free in zip(candidates, free.tolist(), strict=True):
+                swap_cost = makespan - t_free
+                if swap_cost <= _ZERO_COST * makespan or fwd[c] >= swap_cost:
+                    continue  # dropped for good
+                ranked.append((fwd[c] / swap_cost, c))
+            ranked.sort()
+            chosen = None
+            for k, (_, c) in enumerate(ranked):
+                if self.to_recompute(w, c):
+                    chosen = k
+                    break
+            if chosen is None:
+                return
+            self.log.recomputed += 1
+            # Those that broke the budget (ranked before the chosen one) are
+            # dropped for good unless `retry_over_budget`.
+            keep_from = 0 if self.retry_over_budget else chosen + 1
+            candidates = sorted(
+                c for k, (_, c) in enumerate(ranked) if k >= keep_from and k != chosen
+            )
+
+    # -- stage 3 ---------------------------------------------------------------
+
+    def stage3(self, w: _Work) -> None:
+        n = self.n
+        self.drop_waits(w)  # stage 4's waits that stages 1-2 no longer need
+        swaps = w.swapped()
+        need = need_indices(w.actions)
+        # (a) as early as memory allows, in order of need (highest index first).
+        ceiling = n - 1
+        for i in reversed(swaps):
+            cur = w.prefetch[i]
+            best = self._gallop_down(w, i, cur, ceiling)
+            if best != cur:
+                self.log.moved += 1
+            ceiling = w.prefetch[i]
+        makespan, _ = self.score(w)
+        limit = makespan * (1 + 1e-12)
+        # (b) as late as it goes without a longer makespan, last needed first.
+        floor = 0
+        for i in swaps:
+            lo = max(need[i], floor)
+            cur = w.prefetch[i]
+            if cur > lo:
+                guess = self._hidden_step(w, i, lo, cur, need[i])
+                self._gallop_up(w, i, guess, cur, limit)
+            floor = w.prefetch[i]
+
+    def _set_ok(self, w: _Work, i: int, j: int, limit: float | None) -> bool:
+        self.tick()
+        old = w.prefetch[i]
+        w.prefetch[i] = j
+        makespan, peak = self.score(w)
+        if self.problem.fits(peak) and (limit is None or makespan <= limit):
+            return True
+        w.prefetch[i] = old
+        return False
+
+    def _gallop_down(self, w: _Work, i: int, cur: int, top: int) -> int:
+        """Largest-found step in (cur, top] that fits, galloping down from `top`."""
+        step, bad = 1, None
+        j = top
+        while j > cur:
+            if self._set_ok(w, i, j, None):
+                break
+            bad = j
+            j = max(cur, top - step)
+            step *= 2
+        else:
+            return cur
+        good = j
+        # bisect between the last failure above and the success
+        hi = bad if bad is not None else good
+        while hi - good > 1:
+            mid = (hi + good) // 2
+            if self._set_ok(w, i, mid, None):
+                good = mid
+            else:
+                hi = mid
+        w.prefetch[i] = good
+        return good
+
+    def _hidden_step(self, w: _Work, i: int, lo: int, cur: int, need_i: int) -> int:
+        """The latest step whose issue time still leaves the whole transfer before use."""
+        tm = self.timing(w)
+        n = self.n
+        use = tm.r_start[i + 1] if need_i != i else tm.b_start[i]
+        latest = use - self.scorer.back_dur[i]
+        for j in range(lo, cur):
+            issue = tm.f_end[n - 1] if j == n - 1 else tm.b_end[j + 1]
+            if issue <= latest:
+                return j
+        return cur
+
+    def _gallop_up(self, w: _Work, i: int, guess: int, cur: int, limit: float) -> None:
+        """Smallest-found step in [guess, cur) keeping makespan <= limit and the budget."""
+        step, j, bad = 1, guess, None
+        while j < cur:
+            if self._set_ok(w, i, j, limit):
+                break
+            bad = j
+            j = min(cur, guess + step)
+            step *= 2
+        else:
+            return
+        good = j
+        if bad is None:
+            self.log.moved += 1
+            return
+        while good - bad > 1:
+            mid = (good + bad) // 2
+            if self._set_ok(w, i, mid, limit):
+                good = mid
+            else:
+                bad = mid
+        w.prefetch[i] = good
+        self.log.moved += 1
+
+
+def pooch(problem: Problem, *, retry_over_budget: bool = False) -> SolverOutput:
+    """The published greedy PoocH (see the module note for the stages and our readings).
+
+    `retry_over_budget=True` departs from the statement we follow: in stage 2
+    a tensor whose recomputation breaks the budget is tried again in later
+    rounds (memory changes as others are recomputed) instead of being dropped
+    for good.
+    """
+    if not isinstance(retry_over_budget, bool):
+        raise SolverOptionError(
+            f"method 'pooch': retry_over_budget must be true or false, got {retry_over_budget!r}"
+        )
+    if problem.budget < problem.min_budget:
+        return SolverOutput(
+            None,
+            Status.INFEASIBLE,
+            message=(
+                f"pooch: budget must be at least {problem.min_budget} bytes (the minimum any "
+                f"plan needs), got {problem.budget:.0f}"
+            ),
+        )
+    n = problem.n
+    greedy = _Greedy(problem, retry_over_budget=retry_over_budget)
+    w = _Work(all_swap_actions(n), [None] * n, [None] * n)
+    for i in w.swapped():
+        w.prefetch[i] = min(i + 1, n - 1)
+    stopped = ""
+    try:
+        for name, stage in (
+            ("4", greedy.start),
+            ("1", greedy.stage1),
+            ("2", greedy.stage2),
+            ("3", greedy.stage3),
+        ):
+            stopped = name
+            stage(w)
+        stopped = ""
+    except _Expired:
+        pass
+    except _NoPlan as exc:
+        return SolverOutput(None, Status.INFEASIBLE, message=str(exc))
+    log = greedy.log
+    plan = Plan.build(w.actions, w.prefetch, w.wait, profile=problem.profile)
+    parts = [plan.summary()]
+    waits = sum(1 for x in plan.swap_wait if x is not None)
+    if log.stage4 or waits:
+        parts.append(f"all-swap did not fit: stage 4 kept {waits} swap_wait")
+    parts.append(f"stage 1 kept {log.kept}, stage 2 recomputed {log.recomputed}")
+    parts.append(f"stage 3 moved {log.moved} copies back")
+    if stopped:
+        parts.append(f"time limit reached in stage {stopped}")
+    return SolverOutput(plan, Status.FEASIBLE, message="pooch: " + "; ".join(parts))
