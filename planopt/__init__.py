@@ -29,6 +29,7 @@ from planopt.errors import (
 from planopt.io import load_plan, load_profile, save_plan, save_profile
 from planopt.plan import Action, Plan
 from planopt.profile import Device, Layer, Profile
+from planopt.random_chain import random_chain, repeated_chain
 from planopt.result import Solution, Status
 from planopt.schedule import Operation, Schedule
 from planopt.simulate import Scorer, simulate
@@ -66,6 +67,8 @@ __all__ = [
     "min_budget_info",
     "min_memory_plan",
     "parse_budget",
+    "random_chain",
+    "repeated_chain",
     "save_plan",
     "save_profile",
     "simulate",
