@@ -4,7 +4,7 @@ The planner needs no torch; `planopt.runtime` (the executor and profiler)
 does, and is imported only on demand.
 """
 
-from planopt.api import solve
+from planopt.api import lower_bound, solve
 from planopt.budget import (
     budget_from_fraction,
     keep_all_peak,
@@ -63,6 +63,7 @@ __all__ = [
     "keep_all_peak",
     "load_plan",
     "load_profile",
+    "lower_bound",
     "min_budget",
     "min_budget_info",
     "min_memory_plan",

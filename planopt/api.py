@@ -23,7 +23,8 @@ from planopt.simulate import simulate
 _IDEAL_TOLERANCE = 1e-12
 
 
-def _check_time_limit(time_limit: float | None) -> float | None:
+def check_time_limit(time_limit: float | None) -> float | None:
+    """A time limit must be None or a finite number of seconds > 0."""
     if time_limit is None:
         return None
     if (
@@ -61,7 +62,7 @@ def solve(
     if not isinstance(profile, Profile):
         raise TypeError(f"profile must be a planopt.Profile, got {type(profile).__name__}")
     bytes_budget = parse_budget(budget, profile)
-    limit = _check_time_limit(time_limit)
+    limit = check_time_limit(time_limit)
     seed = _check_seed(seed)
     spec = registry.get(method)
     fn = spec.load()
@@ -126,3 +127,29 @@ def _finish(problem: Problem, method: str, out: SolverOutput, elapsed: float) ->
         min_budget=problem.min_budget,
         message=message,
     )
+
+
+def lower_bound(
+    profile: Profile,
+    budget: float | int | str,
+    *,
+    time_limit: float | None = 10.0,
+    relax: bool = False,
+) -> float | None:
+    """A proven lower bound (seconds) on the fastest plan's makespan at `budget`.
+
+    Cheap at any size: a relaxation of the cost model over the actions alone
+    (see `solvers.relaxation`), solved as a small MIP (its proven bound if the
+    time limit cuts it short) or, with `relax=True`, as an LP. Never below
+    `T_ideal`. None when even the relaxation cannot fit the budget (then no
+    plan can).
+    """
+    from solvers.relaxation import relaxation_bound
+
+    if not isinstance(profile, Profile):
+        raise TypeError(f"profile must be a planopt.Profile, got {type(profile).__name__}")
+    bytes_budget = parse_budget(budget, profile)
+    limit = check_time_limit(time_limit)
+    if bytes_budget < min_budget(profile):
+        return None
+    return relaxation_bound(profile, bytes_budget, time_limit=limit, relax=relax)

@@ -123,6 +123,8 @@ def parse_budget(text: str | int | float, profile: Profile) -> float:
             f"percentage of keep-all activation memory (50%), got {text!r}"
         )
     value = float(match.group(1))
+    if not math.isfinite(value):
+        raise BudgetError(f"budget must be a finite number, got {text!r}")
     if unit == "%":
         return budget_from_fraction(profile, value / 100.0)
     return value * _UNITS[unit]

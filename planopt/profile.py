@@ -15,6 +15,11 @@ from typing import Any
 
 from planopt.errors import InvalidProfileError, where
 
+# NOTE: a positive time below a picosecond is no measurement, and it breaks
+# the model's arithmetic: added to a clock of seconds it vanishes in floating
+# point, so an operation "of positive duration" would end as it starts.
+MIN_POSITIVE_SECONDS = 1e-12
+
 
 def _check_seconds(value: Any, what: str, *, positive: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -22,6 +27,10 @@ def _check_seconds(value: Any, what: str, *, positive: bool = False) -> float:
     if not math.isfinite(value) or value < 0 or (positive and value == 0):
         rule = "> 0" if positive else ">= 0"
         raise InvalidProfileError(f"{what} must be finite and {rule}, got {value!r}")
+    if 0 < value < MIN_POSITIVE_SECONDS:
+        raise InvalidProfileError(
+            f"{what} must be 0 or at least {MIN_POSITIVE_SECONDS:g} s, got {value!r}"
+        )
     return float(value)
 
 
@@ -140,10 +149,17 @@ class Profile:
 
     @property
     def t_ideal(self) -> float:
-        """Keep-all makespan without a memory limit: no plan is faster (spec)."""
-        return math.fsum(layer.fwd for layer in self.layers) + math.fsum(
-            layer.bwd for layer in self.layers
-        )
+        """Keep-all makespan without a memory limit: no plan is faster (spec).
+
+        Summed in the compute stream's own order (forwards up, backwards
+        down), so the simulated keep-all makespan equals it to the last bit.
+        """
+        total = 0.0
+        for layer in self.layers:
+            total += layer.fwd
+        for layer in reversed(self.layers):
+            total += layer.bwd
+        return total
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -44,6 +44,7 @@ def solve_cpsat(
     threads: int,
     seed: int,
     hint: list[int] | None,
+    objective_at_most: int | None = None,
 ) -> BackendResult:
     m = form.model
     model = cp_model.CpModel()
@@ -113,9 +114,14 @@ def solve_cpsat(
     if intervals:
         model.add_cumulative(intervals, demands, m.capacity)
     model.minimize(xs[m.objective])
+    if objective_at_most is not None:
+        model.add(xs[m.objective] <= objective_at_most)
     if hint is not None:
-        for x, value in zip(xs, hint, strict=True):
-            model.add_hint(x, value)
+        # NOTE: only the decision literals are hinted. A complete hint (times
+        # included) made CP-SAT 9.15 abort ("Check failed: threshold > 0")
+        # on a 4-layer chain; the solver completes the times itself.
+        for v in form.decision_vars():
+            model.add_hint(xs[v], hint[v])
 
     params = {
         "max_time_in_seconds": None if time_limit is None else max(0.01, time_limit),
@@ -134,18 +140,24 @@ def solve_cpsat(
     return BackendResult(status, values, objective, bound)
 
 
-def _solve_here(model: cp_model.CpModel, xs: list, params: dict, use_lns: bool):
+# Settings tried in turn when a solve aborts (see `run_isolated`).
+_ATTEMPTS: tuple[dict, ...] = ({}, {"keep_hint": False})
+
+
+def _solve_here(model: cp_model.CpModel, xs: list, params: dict, attempt: dict):
     solver = cp_model.CpSolver()
     p = solver.parameters
     if params["max_time_in_seconds"] is not None:
         p.max_time_in_seconds = params["max_time_in_seconds"]
     p.num_workers = params["num_workers"]
     p.random_seed = params["random_seed"]
-    # NOTE: interleaved search makes multi-worker runs reproducible for a
-    # given seed and thread count (a race between parallel workers is not).
-    p.interleave_search = True
-    p.use_lns = use_lns
+    # NOTE: interleaved search would make multi-worker runs reproducible, but
+    # it was 100x slower on our models (and aborted with hints in 9.13+), so
+    # the exact method gets reproducibility another way (see solvers.exact).
+    p.interleave_search = False
     p.log_search_progress = False
+    if not attempt.get("keep_hint", True):
+        model.clear_hints()
     code = solver.solve(model)
     values = None
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -154,9 +166,9 @@ def _solve_here(model: cp_model.CpModel, xs: list, params: dict, use_lns: bool):
     return code, None, None, solver.best_objective_bound
 
 
-def _child(conn, model, xs, params, use_lns) -> None:  # pragma: no cover - runs in a fork
+def _child(conn, model, xs, params, attempt) -> None:  # pragma: no cover - runs in a fork
     try:
-        conn.send(_solve_here(model, xs, params, use_lns))
+        conn.send(_solve_here(model, xs, params, attempt))
     finally:
         conn.close()
 
@@ -164,18 +176,18 @@ def _child(conn, model, xs, params, use_lns) -> None:  # pragma: no cover - runs
 def run_isolated(model: cp_model.CpModel, xs: list, params: dict):
     """Solve in a forked child so an OR-Tools internal abort cannot kill the caller.
 
-    NOTE: CP-SAT 9.15 has aborted the whole process ("Check failed: ...")
-    inside its LNS workers on our cumulative models, rarely and not
-    reproducibly (compare or-tools issue 4898). A crashed child is retried
-    once without LNS; only a second crash is reported. Where `fork` is not
-    available the solve runs in this process.
+    NOTE: CP-SAT 9.13-9.15 abort the whole process ("Check failed: threshold
+    > 0", "heuristics.fixed_search != nullptr") on some of our hinted models
+    (reproduced on a 4-layer chain), hence the pin to 9.12 in pyproject; a
+    crashed child is still retried once without the hint before a crash is
+    reported. Without `fork` the solve runs in this process.
     """
     if "fork" not in mp.get_all_start_methods():
-        return _solve_here(model, xs, params, use_lns=True)
+        return _solve_here(model, xs, params, _ATTEMPTS[0])
     ctx = mp.get_context("fork")
-    for use_lns in (True, False):
+    for attempt in _ATTEMPTS:
         receiver, sender = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_child, args=(sender, model, xs, params, use_lns), daemon=True)
+        proc = ctx.Process(target=_child, args=(sender, model, xs, params, attempt), daemon=True)
         proc.start()
         sender.close()
         try:
@@ -186,6 +198,7 @@ def run_isolated(model: cp_model.CpModel, xs: list, params: dict):
         if result is not None:
             return result
     raise SolverCrashError(
-        "CP-SAT aborted twice (an OR-Tools internal check failed); try another seed, "
+        f"CP-SAT aborted {len(_ATTEMPTS)} times (an OR-Tools internal check failed); try "
+        "another seed, "
         "threads=1 or another backend"
     )

@@ -16,9 +16,13 @@ from planopt.errors import SolverOptionError, SolverUnavailableError
 from planopt.plan import KEEP, RECOMPUTE, SWAP, Action, Plan
 from planopt.problem import Problem
 from planopt.result import SolverOutput, Status
+from solvers.cpsat import BackendResult
 from solvers.formulation import Formulation, build, evaluate
 
 ALL_ACTIONS: tuple[Action, ...] = (KEEP, SWAP, RECOMPUTE)
+# The model has O(L^2) variables; past this many layers building it alone
+# takes longer than users expect of a time limit.
+DEFAULT_MAX_LAYERS = 200
 
 # backend name -> (module that must be importable, "module:function")
 BACKENDS: dict[str, tuple[str, str]] = {
@@ -50,18 +54,44 @@ def _check_threads(threads: int) -> int:
 
 
 def _warm_starts(problem: Problem, actions: Sequence[Action], given: Plan | None) -> list[Plan]:
-    """Feasible-looking starting plans inside the action set, best-known first."""
+    """Starting plans inside the action set: the caller's, the greedy's, sqrt-n's and
+    the minimum-memory plan (which fits any budget >= min_budget)."""
+    from solvers.baselines import sqrt_n
+    from solvers.pooch import pooch
+
     plans: list[Plan] = []
     if given is not None:
         plans.append(given.for_profile(problem.profile))
-    if importlib.util.find_spec("solvers.pooch") is not None and set(actions) == set(ALL_ACTIONS):
-        from solvers.pooch import pooch
+    allowed = set(actions)
+    if allowed == set(ALL_ACTIONS):
+        plans.append(pooch(problem).plan)
+    if RECOMPUTE in allowed:
+        plans.append(sqrt_n(problem).plan)
+    plans.append(min_memory_plan(problem.profile))
+    return [p for p in plans if p is not None and all(a in allowed for a in p.actions)]
 
-        out = pooch(problem)
-        if out.plan is not None:
-            plans.append(out.plan)
-    plans.append(min_memory_plan(problem.profile))  # always fits a budget >= min_budget
-    return [p for p in plans if all(a in actions for a in p.actions)]
+
+def _incumbent(problem: Problem, plans: list[Plan], with_swap_wait: bool):
+    """The fastest of `plans` that fits the budget, as `(makespan, plan)`, or None."""
+    best = None
+    for plan in plans:
+        if not with_swap_wait and any(w is not None for w in plan.swap_wait):
+            continue
+        makespan, peak = problem.scorer.score_plan(plan)
+        if problem.fits(peak) and (best is None or makespan < best[0]):
+            best = (makespan, plan)
+    return best
+
+
+def _check_size(problem: Problem, max_layers: int) -> None:
+    if isinstance(max_layers, bool) or not isinstance(max_layers, int) or max_layers < 1:
+        raise SolverOptionError(f"max_layers must be an integer >= 1, got {max_layers!r}")
+    if problem.n > max_layers:
+        raise SolverOptionError(
+            f"method 'exact': the net must have at most max_layers={max_layers} layers (the "
+            f"model grows with L^2), got {problem.n}; raise max_layers, or use 'greedy' or "
+            f"planopt.lower_bound for nets this size"
+        )
 
 
 def solve_exact(
@@ -72,50 +102,62 @@ def solve_exact(
     threads: int = 2,
     warm_start: Plan | None = None,
     with_swap_wait: bool = True,
+    max_layers: int = DEFAULT_MAX_LAYERS,
 ) -> SolverOutput:
     """Solve the formulation over `actions`; see the module docstring."""
     run = backend_function(backend)
     threads = _check_threads(threads)
-    scorer = problem.scorer
-    starts = _warm_starts(problem, actions, warm_start)
-    if not with_swap_wait:
-        starts = [p for p in starts if all(w is None for w in p.swap_wait)]
-    scored = []
-    for plan in starts:
-        makespan, peak = scorer.score_plan(plan)
-        if problem.fits(peak):
-            scored.append((makespan, plan))
-    scored.sort(key=lambda mp: mp[0])
-    incumbent = scored[0] if scored else None
+    _check_size(problem, max_layers)
+    space = "/".join(a.value for a in actions)
+    incumbent = _incumbent(problem, _warm_starts(problem, actions, warm_start), with_swap_wait)
+    t_ideal = problem.profile.t_ideal
+    if incumbent is not None and incumbent[0] <= t_ideal * (1 + 1e-12):
+        return SolverOutput(
+            incumbent[1],
+            Status.OPTIMAL,
+            t_ideal,
+            message="a warm start reaches T_ideal: optimal without a search",
+        )
 
     form = build(problem.profile, problem.budget, actions=actions, with_swap_wait=with_swap_wait)
-    hint = None
-    if incumbent is not None:
-        hint = evaluate(form, form.decisions(incumbent[1]))
+    hint = None if incumbent is None else evaluate(form, form.decisions(incumbent[1]))
     result = run(
         form, time_limit=problem.time_left(), threads=threads, seed=problem.seed, hint=hint
     )
-
     if result.status == "infeasible":
+        if incumbent is not None:  # the back-end contradicts a plan that fits: numerical trouble
+            return SolverOutput(
+                incumbent[1],
+                Status.FEASIBLE,
+                None,
+                message=(
+                    f"{backend} claimed no plan fits, yet the warm start does (numerical trouble); "
+                    f"returning the warm start"
+                ),
+            )
         return SolverOutput(
             None,
             Status.INFEASIBLE,
             message=(
-                f"no plan using only {'/'.join(a.value for a in actions)} fits the budget "
-                f"{problem.budget:.0f} bytes (proven by {backend})"
+                f"no plan using only {space} fits the budget {problem.budget:.0f} bytes "
+                f"(proven by {backend})"
             ),
         )
-    bound = _lower_bound(problem, form, result.bound)
-    best = incumbent
+
     proven = False
+    best = incumbent
+    note = f"{backend}: {result.status}"
     if result.values is not None:
+        if result.status == "optimal" and threads > 1 and backend == "cpsat":
+            result, note = _canonical(problem, form, result, hint, note)
         plan = form.decode(lambda v: result.values[v])
-        makespan, peak = scorer.score_plan(plan)
+        makespan, peak = problem.scorer.score_plan(plan)
         if problem.fits(peak) and (best is None or makespan <= best[0]):
             best = (makespan, plan)
             proven = result.status == "optimal"
         elif result.status == "optimal" and best is not None and best[0] <= makespan:
-            proven = True  # the incumbent is at least as good as the model's optimum
+            proven = True  # the warm start is at least as good as the model's optimum
+    bound = _lower_bound(problem, form, result.bound)
     if best is None:
         return SolverOutput(
             None,
@@ -123,10 +165,33 @@ def solve_exact(
             bound,
             message=f"{backend}: time limit reached before any plan was found",
         )
-    status = Status.OPTIMAL if proven else Status.FEASIBLE
     if proven:
-        bound = min(best[0], bound) if bound is not None else best[0]
-    return SolverOutput(best[1], status, bound, message=f"{backend}: {result.status}")
+        return SolverOutput(best[1], Status.OPTIMAL, min(best[0], bound or best[0]), note)
+    return SolverOutput(best[1], Status.FEASIBLE, bound, note)
+
+
+def _canonical(problem: Problem, form: Formulation, result, hint, note: str):
+    """Re-derive a proven optimum single-threaded, so the plan does not depend on races.
+
+    NOTE: parallel CP-SAT workers race, so two runs may return different
+    optimal plans of the same makespan. Re-solving with one worker, the
+    makespan capped at the proven optimum and the (deterministic) warm-start
+    hint gives the same plan for the same seed every time. If that re-solve
+    runs out of time, the racing result is kept and the message says so.
+    """
+    from solvers.cpsat import solve_cpsat
+
+    again = solve_cpsat(
+        form,
+        time_limit=problem.time_left(),
+        threads=1,
+        seed=problem.seed,
+        hint=hint,
+        objective_at_most=round(result.objective),
+    )
+    if again.values is None:
+        return result, note + " (not re-derived single-threaded: plan may vary between runs)"
+    return BackendResult("optimal", again.values, result.objective, result.bound), note
 
 
 def _lower_bound(problem: Problem, form: Formulation, bound_ticks: float | None) -> float | None:
@@ -147,6 +212,7 @@ def exact(
     threads: int = 2,
     warm_start: Plan | None = None,
     with_swap_wait: bool = True,
+    max_layers: int = DEFAULT_MAX_LAYERS,
 ) -> SolverOutput:
     """Proven-optimal keep/swap/recompute plan (or best found and a bound, on time-out)."""
     return solve_exact(
@@ -155,11 +221,17 @@ def exact(
         threads=threads,
         warm_start=warm_start,
         with_swap_wait=with_swap_wait,
+        max_layers=max_layers,
     )
 
 
 def recompute_only(
-    problem: Problem, *, backend: str = "cpsat", threads: int = 2, warm_start: Plan | None = None
+    problem: Problem,
+    *,
+    backend: str = "cpsat",
+    threads: int = 2,
+    warm_start: Plan | None = None,
+    max_layers: int = DEFAULT_MAX_LAYERS,
 ) -> SolverOutput:
     """Optimal keep/recompute plan: the space Checkmate, Rotor and PyTorch's budget decide."""
     return solve_exact(
@@ -169,6 +241,7 @@ def recompute_only(
         threads=threads,
         warm_start=warm_start,
         with_swap_wait=False,
+        max_layers=max_layers,
     )
 
 
@@ -179,6 +252,7 @@ def swap_only(
     threads: int = 2,
     warm_start: Plan | None = None,
     with_swap_wait: bool = True,
+    max_layers: int = DEFAULT_MAX_LAYERS,
 ) -> SolverOutput:
     """Optimal keep/swap plan: the space vDNN, SwapAdvisor and plain offloading decide."""
     return solve_exact(
@@ -188,4 +262,5 @@ def swap_only(
         threads=threads,
         warm_start=warm_start,
         with_swap_wait=with_swap_wait,
+        max_layers=max_layers,
     )

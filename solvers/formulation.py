@@ -114,6 +114,7 @@ class Linear:
     expr: Expr
     lo: int | None
     hi: int | None
+    in_ticks: bool = False  # a time-valued constraint (back-ends may rescale time)
 
 
 @dataclass(frozen=True)
@@ -200,6 +201,14 @@ class Formulation:
                 out[v] = int(action is SWAP and plan.prefetch_at[i] == j)
             for j, v in self.wait[i].items():
                 out[v] = int(action is SWAP and plan.swap_wait[i] == j)
+        return out
+
+    def decision_vars(self) -> list[int]:
+        """Indices of the variables that make up a plan (actions, prefetch, waits)."""
+        out = [*self.keep, *self.swap, *self.rec]
+        for i in range(len(self.keep)):
+            out += self.prefetch[i].values()
+            out += self.wait[i].values()
         return out
 
     def seconds(self, ticks: float) -> float:
@@ -374,13 +383,15 @@ def build(
     m.capacity = max(-1, math.floor((budget - profile.static_bytes) / g))
 
     def interval(
-        start: int, end: int, nbytes: int, present: Lit | None, min_len: int,
+        start: int,
+        end: int,
+        nbytes: int,
+        present: Lit | None,
+        min_len: int,
         in_forward: bool = False,
     ) -> None:
         if nbytes > 0:
-            m.intervals.append(
-                Interval(start, end, nbytes // g, present, in_forward, min_len == 0)
-            )
+            m.intervals.append(Interval(start, end, nbytes // g, present, in_forward, min_len == 0))
 
     for i, layer in enumerate(layers):
         nxt = min(i + 1, n - 1)
@@ -402,7 +413,8 @@ def build(
 
     # Redundant: the compute stream alone takes every forward, backward and
     # recomputation (helps the LP bound; implied by the definitions above).
-    m.add(Linear(var(e[0]) - Expr(tuple((rec[j], f[j]) for j in range(n))), sum(f) + sum(b), None))
+    recompute = Expr(tuple((rec[j], f[j]) for j in range(n)))
+    m.add(Linear(var(e[0]) - recompute, sum(f) + sum(b), None, in_ticks=True))
     m.objective = e[0]
     n_ops = 5 * n  # forward, recompute, backward, two copies per layer at most
     return Formulation(m, profile, budget, unit, keep, swap, rec, prefetch, wait, n_ops)

@@ -129,10 +129,17 @@ def build_lp(form: Formulation, hint: list[int] | None) -> tuple[pulp.LpProblem,
         elif isinstance(c, ExactlyOne):
             add(pulp.lpSum(lit(x) for x in c.lits) == 1)
         elif isinstance(c, Linear):
+            div = scale if c.in_ticks else 1.0
+            expr = (
+                pulp.lpSum(
+                    (coef / div if m.vars[v].is_bool else coef) * xs[v] for v, coef in c.expr.terms
+                )
+                + c.expr.const / div
+            )
             if c.lo is not None:
-                add(lin(c.expr) >= c.lo)
+                add(expr >= c.lo / div)
             if c.hi is not None:
-                add(lin(c.expr) <= c.hi)
+                add(expr <= c.hi / div)
         else:  # pragma: no cover
             raise TypeError(f"MIP back-end cannot translate {type(c).__name__}")
 
@@ -230,6 +237,7 @@ def solve_cbc(form: Formulation, *, time_limit, threads: int, seed: int, hint) -
 
 def solve_highs(form: Formulation, *, time_limit, threads: int, seed: int, hint) -> BackendResult:
     solver = pulp.HiGHS(
+        gapRel=0.0,
         msg=False,
         timeLimit=time_limit,
         threads=threads,

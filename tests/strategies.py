@@ -25,7 +25,8 @@ ANY_ACTION = st.sampled_from(ACTIONS)
 _EIGHTHS = st.integers(min_value=0, max_value=64).map(lambda k: k / 8)
 _BANDWIDTHS = st.sampled_from([0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0, 1024.0])
 _LATENCIES = st.sampled_from([0.0, 0.0, 0.125, 0.25, 1.0])
-_GENERAL_SECONDS = st.floats(min_value=0.0, max_value=10.0, allow_nan=False)
+# Positive times start at a microsecond: profiles refuse sub-picosecond times.
+_GENERAL_SECONDS = st.one_of(st.just(0.0), st.floats(min_value=1e-6, max_value=10.0))
 _GENERAL_BANDWIDTH = st.floats(min_value=1e-2, max_value=1e4, allow_nan=False)
 
 

@@ -1,0 +1,39 @@
+"""planopt's PyTorch runtime (the `torch` extra): measure a real model, run it under a plan.
+
+    chain = Chain.from_blocks(model.blocks, prefix=model.embed, suffix=model.head)
+    prof = profile(chain, (x, y), loss_fn, device="cuda")      # -> planopt.Profile
+    plan = planopt.solve(prof, "50%").plan
+    executor = Executor(chain, plan, profile=prof, loss_fn=loss_fn)
+    executor(x, y).backward()                                  # one step under the plan
+    measure(chain, plan, (x, y), loss_fn, profile=prof)        # what the plan really costs
+
+The planner never imports this package: `import planopt` works without torch.
+"""
+
+from planopt.runtime.chain import Chain, module_signature
+from planopt.runtime.executor import Executor, StepStats, check_plan
+from planopt.runtime.link import measure_cuda_link
+from planopt.runtime.measure import Measurement, measure, plain_step_seconds
+from planopt.runtime.memory import StaticBytes, static_bytes
+from planopt.runtime.models import REFERENCE_MODELS, ReferenceModel, reference_model
+from planopt.runtime.profiler import profile
+from planopt.runtime.recompute import RecomputeError
+
+__all__ = [
+    "REFERENCE_MODELS",
+    "Chain",
+    "Executor",
+    "Measurement",
+    "RecomputeError",
+    "ReferenceModel",
+    "StaticBytes",
+    "StepStats",
+    "check_plan",
+    "measure",
+    "measure_cuda_link",
+    "module_signature",
+    "plain_step_seconds",
+    "profile",
+    "reference_model",
+    "static_bytes",
+]

@@ -1,0 +1,118 @@
+"""What a recompute block must restore to give the forward's exact tensors again.
+
+A recompute block reruns layers `k+1 .. t` in backward. For its saved
+tensors to equal the forward's bit for bit it must see the same random
+numbers (dropout), the same autocast state, and it must not leave side
+effects twice (batch-norm running statistics). Its saved tensors are checked
+against the forward's, as `torch.utils.checkpoint` does, so a layer whose
+forward is not repeatable fails loudly instead of training on wrong values.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from planopt.errors import PlanoptError
+
+
+class RecomputeError(PlanoptError, RuntimeError):
+    """A recomputed layer did not reproduce the tensors its forward saved."""
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardState:
+    """RNG and autocast state at the start of a recompute run's first forward."""
+
+    cpu_rng: torch.Tensor
+    cuda_device: int | None
+    cuda_rng: torch.Tensor | None
+    autocast: tuple[tuple[str, bool, torch.dtype], ...]
+
+
+def _autocast_state(device_type: str) -> tuple[str, bool, torch.dtype]:
+    try:
+        return (
+            device_type,
+            torch.is_autocast_enabled(device_type),
+            torch.get_autocast_dtype(device_type),
+        )
+    except TypeError:  # torch < 2.4: the per-device-type API did not exist
+        if device_type == "cuda":
+            return device_type, torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype()
+        return device_type, torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype()
+
+
+def capture(device: torch.device) -> ForwardState:
+    """The state to replay; CUDA's generator only for a CUDA device (guarded)."""
+    cuda_device = cuda_rng = None
+    types = ["cpu"]
+    if device.type == "cuda" and torch.cuda.is_available():
+        cuda_device = device.index if device.index is not None else torch.cuda.current_device()
+        cuda_rng = torch.cuda.get_rng_state(cuda_device)
+        types.append("cuda")
+    return ForwardState(
+        torch.get_rng_state(), cuda_device, cuda_rng, tuple(_autocast_state(t) for t in types)
+    )
+
+
+@contextlib.contextmanager
+def replay(state: ForwardState) -> Iterator[None]:
+    """Run with the captured RNG and autocast state; the caller's RNG is restored after."""
+    devices = [] if state.cuda_device is None else [state.cuda_device]
+    with torch.random.fork_rng(devices=devices), contextlib.ExitStack() as stack:
+        torch.set_rng_state(state.cpu_rng)
+        if state.cuda_device is not None:
+            torch.cuda.set_rng_state(state.cuda_rng, state.cuda_device)
+        for device_type, enabled, dtype in state.autocast:
+            stack.enter_context(torch.autocast(device_type, dtype=dtype, enabled=enabled))
+        yield
+
+
+@contextlib.contextmanager
+def buffers_unchanged(modules: Sequence[nn.Module]) -> Iterator[None]:
+    """Undo in-place buffer updates (batch-norm statistics) made inside the block."""
+    buffers = [b for m in modules for b in m.buffers()]
+    saved = [b.detach().clone() for b in buffers]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for buf, value in zip(buffers, saved, strict=True):
+                buf.copy_(value)
+
+
+@dataclass(frozen=True, slots=True)
+class SavedMeta:
+    """Shape, dtype and device of one tensor a forward saved."""
+
+    shape: torch.Size
+    dtype: torch.dtype
+    device: torch.device
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> SavedMeta:
+        return cls(t.shape, t.dtype, t.device)
+
+
+def check_same(where: str, index: int, expected: SavedMeta, got: torch.Tensor) -> None:
+    """Refuse a recomputed tensor that is not the one the forward saved."""
+    if expected.shape != got.shape or expected.dtype != got.dtype or expected.device != got.device:
+        raise RecomputeError(
+            f"{where}: recomputed saved tensor {index} must match the forward's "
+            f"({tuple(expected.shape)}, {expected.dtype}, {expected.device}), got "
+            f"({tuple(got.shape)}, {got.dtype}, {got.device}); the layer's forward is not "
+            "repeatable (data-dependent shapes or side effects), so it cannot be recomputed"
+        )
+
+
+def check_count(where: str, expected: int, got: int) -> None:
+    if expected != got:
+        raise RecomputeError(
+            f"{where}: recomputation must save as many tensors as the forward ({expected}), "
+            f"got {got}; the layer's forward is not repeatable, so it cannot be recomputed"
+        )

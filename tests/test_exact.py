@@ -1,0 +1,276 @@
+"""The exact planner against brute force, across back-ends, and its contract.
+
+Brute force (`solvers.brute_force`) enumerates every plan, so it is the
+independent truth for small chains; the back-ends are cross-checked on
+chains too long to enumerate. Every figure compared is the simulator's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import profiles, random_plan, random_profile
+
+import planopt
+from planopt import Status
+from planopt.budget import keep_all_peak, min_budget_info
+from planopt.errors import ProfileMismatchError, SolverOptionError
+from solvers.brute_force import enumerate_raw
+from solvers.formulation import build, evaluate
+
+REL = 1e-6
+
+
+def _all_scores(profile, *, with_swap_wait=True):
+    score = planopt.Scorer(profile).score
+    return [score(*raw) for raw in enumerate_raw(len(profile), with_swap_wait=with_swap_wait)]
+
+
+def _budgets(profile, scores):
+    low = min(peak for _, peak in scores)
+    high = max(peak for _, peak in scores)
+    out = [low, (low + high) // 2, high]
+    if low > 0:
+        out.append(low - 1)
+    return out
+
+
+def _check_against(profile, scores, budget, solution):
+    fitting = [t for t, peak in scores if peak <= budget]
+    if not fitting:
+        assert solution.status is Status.INFEASIBLE, solution.message
+        assert solution.plan is None or not solution.schedule.feasible
+        return
+    optimum = min(fitting)
+    assert solution.status is Status.OPTIMAL, (budget, solution.message)
+    assert solution.schedule.feasible
+    assert solution.makespan == pytest.approx(optimum, rel=REL, abs=1e-12)
+    assert solution.lower_bound <= solution.makespan * (1 + 1e-12)
+
+
+# -- brute force ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_cpsat_matches_brute_force_with_swap_wait(seed):
+    rng = random.Random(seed)
+    profile = random_profile(rng, rng.randint(1, 4), exact=seed % 2 == 0)
+    scores = _all_scores(profile)
+    for budget in _budgets(profile, scores):
+        solution = planopt.solve(profile, budget, "exact", time_limit=60)
+        _check_against(profile, scores, budget, solution)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_cpsat_matches_brute_force_without_swap_wait_longer_chains(seed):
+    rng = random.Random(100 + seed)
+    profile = random_profile(rng, 5 + seed % 2)
+    scores = _all_scores(profile, with_swap_wait=False)
+    for budget in _budgets(profile, scores):
+        solution = planopt.solve(profile, budget, "exact", time_limit=60, with_swap_wait=False)
+        _check_against(profile, scores, budget, solution)
+
+
+@pytest.mark.parametrize("backend", ["cbc", "highs"])
+@pytest.mark.parametrize("seed", range(4))
+def test_mip_backends_match_brute_force(backend, seed):
+    rng = random.Random(200 + seed)
+    profile = random_profile(rng, rng.randint(1, 3), exact=seed % 2 == 1)
+    scores = _all_scores(profile)
+    for budget in _budgets(profile, scores):
+        solution = planopt.solve(profile, budget, "exact", backend=backend, time_limit=60)
+        _check_against(profile, scores, budget, solution)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_restricted_spaces_match_brute_force(seed):
+    rng = random.Random(300 + seed)
+    profile = random_profile(rng, rng.randint(1, 4))
+    score = planopt.Scorer(profile).score
+    raws = list(enumerate_raw(len(profile)))
+    for method, banned in (
+        ("recompute-only", planopt.Action.SWAP),
+        ("swap-only", planopt.Action.RECOMPUTE),
+    ):
+        scores = [score(*raw) for raw in raws if banned not in raw[0]]
+        for budget in _budgets(profile, scores):
+            solution = planopt.solve(profile, budget, method, time_limit=60)
+            fitting = [t for t, peak in scores if peak <= budget]
+            if not fitting:
+                assert solution.status is Status.INFEASIBLE
+                continue
+            assert solution.status is Status.OPTIMAL, solution.message
+            assert banned not in solution.plan.actions
+            assert solution.makespan == pytest.approx(min(fitting), rel=REL, abs=1e-12)
+
+
+# -- back-ends against each other -----------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_backends_agree_on_longer_chains(seed):
+    """Beyond brute force's reach. (L = 12 takes the MIP back-ends minutes: it is in
+    `experiments/bench_exact.py`'s agreement table instead of the test suite.)"""
+    rng = random.Random(400 + seed)
+    n = (5, 7)[seed]
+    profile = random_profile(rng, n)
+    budget = planopt.budget_from_fraction(profile, 0.6)
+    found = {}
+    for backend in ("cpsat", "highs", "cbc"):
+        solution = planopt.solve(profile, budget, "exact", backend=backend, time_limit=300)
+        if solution.status is Status.INFEASIBLE:
+            found[backend] = None
+            continue
+        assert solution.status is Status.OPTIMAL, (backend, solution.message)
+        found[backend] = solution.makespan
+    values = list(found.values())
+    if values[0] is None:
+        assert all(v is None for v in values)
+    else:
+        for v in values[1:]:
+            assert v == pytest.approx(values[0], rel=REL)
+
+
+# -- the model against the simulator ----------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_model_reproduces_the_simulator(data):
+    """The formulation, evaluated on any plan, gives the simulator's times and peak."""
+    profile = data.draw(profiles(1, 6, exact=False))
+    plan = random_plan(random.Random(data.draw(st.integers(0, 10**6))), profile)
+    form = build(profile, budget=keep_all_peak(profile) * 2 + 1)
+    values = evaluate(form, form.decisions(plan))
+    schedule = planopt.simulate(profile, plan)
+    makespan = form.seconds(values[form.model.objective])
+    assert abs(makespan - schedule.makespan) <= form.time_error_bound() + 1e-12
+    events = []
+    for iv in form.model.intervals:
+        present = iv.present is None or bool(values[iv.present[0]]) == iv.present[1]
+        start, end = values[iv.start], values[iv.end]
+        if present and end > start:
+            events += [(start, 1, iv.demand), (end, 0, -iv.demand)]
+    level = peak = 0
+    for _, _, delta in sorted(events):
+        level += delta
+        peak = max(peak, level)
+    sizes = [
+        v
+        for layer in profile.layers
+        for v in (layer.saved_bytes, layer.fwd_work_bytes, layer.bwd_work_bytes)
+        if v > 0
+    ]
+    unit = math.gcd(*sizes) if sizes else 1
+    assert profile.static_bytes + peak * unit == schedule.peak_bytes
+
+
+# -- properties -------------------------------------------------------------------------
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(profile=profiles(2, 5, exact=True, positive_times=True), r=st.floats(0.0, 1.0))
+def test_optimum_is_monotone_and_beats_every_heuristic(profile, r):
+    minimum, _ = min_budget_info(profile)
+    high = keep_all_peak(profile)
+    low_budget = minimum + r * (high - minimum) * 0.5
+    high_budget = low_budget + (high - minimum) * 0.5
+    tight = planopt.solve(profile, low_budget, "exact", time_limit=60)
+    loose = planopt.solve(profile, high_budget, "exact", time_limit=60)
+    assert tight.status is Status.OPTIMAL and loose.status is Status.OPTIMAL
+    assert loose.makespan <= tight.makespan * (1 + REL)
+    for method in ("greedy", "sqrt-n", "all-swap", "superneurons", "keep-all"):
+        other = planopt.solve(profile, low_budget, method)
+        if other.status in (Status.OPTIMAL, Status.FEASIBLE):
+            assert tight.makespan <= other.makespan * (1 + REL), method
+    for method in ("recompute-only", "swap-only"):
+        restricted = planopt.solve(profile, low_budget, method, time_limit=60)
+        if restricted.status is Status.OPTIMAL:
+            assert tight.makespan <= restricted.makespan * (1 + REL), method
+
+
+def test_never_worse_than_the_warm_start_under_a_tiny_time_limit():
+    profile = planopt.bundled_profile("vgg16-b128-pipedream")
+    budget = planopt.budget_from_fraction(profile, 0.5)
+    greedy = planopt.solve(profile, budget, "greedy")
+    exact = planopt.solve(profile, budget, "exact", time_limit=1.0)
+    assert exact.status in (Status.FEASIBLE, Status.OPTIMAL)
+    assert exact.makespan <= greedy.makespan * (1 + 1e-12)
+    assert exact.lower_bound is not None and exact.lower_bound <= exact.makespan
+    assert exact.gap is not None and 0 <= exact.gap < 1
+
+
+def test_caller_warm_start_is_used_and_checked():
+    profile = planopt.bundled_profile("alexnet-b128-caffe-titanx")
+    budget = planopt.budget_from_fraction(profile, 0.6)
+    start = planopt.solve(profile, budget, "sqrt-n").plan
+    solution = planopt.solve(profile, budget, "exact", time_limit=30, warm_start=start)
+    assert solution.makespan <= planopt.simulate(profile, start).makespan * (1 + 1e-12)
+    # The same layers with one time changed: same length and names, another fingerprint.
+    first = dataclasses.replace(profile.layers[0], fwd=profile.layers[0].fwd * 2)
+    changed = profile.replace_layers([first, *profile.layers[1:]])
+    with pytest.raises(ProfileMismatchError):
+        planopt.solve(changed, budget, "exact", time_limit=5, warm_start=start)
+
+
+def test_deterministic_for_a_seed_and_thread_count():
+    profile = planopt.bundled_profile("alexnet-b128-caffe-titanx")
+    budget = planopt.budget_from_fraction(profile, 0.5)
+    first = planopt.solve(profile, budget, "exact", seed=3, threads=2, time_limit=60)
+    second = planopt.solve(profile, budget, "exact", seed=3, threads=2, time_limit=60)
+    assert first.plan == second.plan
+
+
+# -- bad input and impossible requests ------------------------------------------------------
+
+
+def test_budget_below_static_is_infeasible_with_the_minimum():
+    profile = planopt.bundled_profile("alexnet-b128-caffe-titanx")
+    solution = planopt.solve(profile, profile.static_bytes - 1, "exact")
+    assert solution.status is Status.INFEASIBLE
+    assert solution.min_budget == planopt.min_budget(profile)
+    assert str(solution.min_budget) in solution.message
+
+
+@pytest.mark.parametrize("limit", [0, -1, float("nan"), float("inf"), "10"])
+def test_bad_time_limits_are_refused(limit):
+    profile = planopt.bundled_profile("alexnet-b128-caffe-titanx")
+    with pytest.raises(SolverOptionError, match="time_limit"):
+        planopt.solve(profile, "60%", "exact", time_limit=limit)
+
+
+def test_unknown_backend_lists_the_valid_ones():
+    profile = planopt.bundled_profile("alexnet-b128-caffe-titanx")
+    with pytest.raises(SolverOptionError, match="backend must be one of cpsat, cbc, highs"):
+        planopt.solve(profile, "60%", "exact", backend="glpk")
+
+
+@pytest.mark.parametrize("threads", [0, -2, 1.5, True])
+def test_bad_thread_counts_are_refused(threads):
+    profile = planopt.bundled_profile("alexnet-b128-caffe-titanx")
+    with pytest.raises(SolverOptionError, match="threads"):
+        planopt.solve(profile, "60%", "exact", threads=threads)
+
+
+def test_restricted_space_says_infeasible_when_only_the_joint_space_fits():
+    # Found by brute force: the keep/recompute plans peak at 5 bytes at best,
+    # while swapping reaches min_budget = 4.
+    layers = [(2.0, 1.0, 2, 1, 1), (1.0, 1.0, 1, 1, 2), (1.0, 2.0, 2, 0, 2)]
+    profile = planopt.Profile(
+        "restricted",
+        planopt.Device("d", 1.0, 1.0, 0.0),
+        0,
+        tuple(planopt.Layer(f"l{i}", *numbers) for i, numbers in enumerate(layers)),
+    )
+    assert planopt.min_budget(profile) == 4
+    solution = planopt.solve(profile, 4, "recompute-only", time_limit=60)
+    joint = planopt.solve(profile, 4, "exact", time_limit=60)
+    assert joint.status is Status.OPTIMAL
+    assert solution.status is Status.INFEASIBLE
+    assert "keep/recompute" in solution.message
+    assert planopt.solve(profile, 5, "recompute-only", time_limit=60).status is Status.OPTIMAL

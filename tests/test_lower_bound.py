@@ -1,0 +1,75 @@
+"""`planopt.lower_bound` never exceeds the true optimum (brute force, exact) and is cheap."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import profiles, random_profile
+
+import planopt
+from planopt import Status
+from planopt.budget import keep_all_peak
+from solvers.brute_force import enumerate_raw
+
+
+def _optimum(profile, budget):
+    score = planopt.Scorer(profile).score
+    fitting = [
+        t for t, peak in map(lambda raw: score(*raw), enumerate_raw(len(profile))) if peak <= budget
+    ]
+    return min(fitting) if fitting else None
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(profile=profiles(1, 4, exact=False), r=st.floats(0.0, 1.2))
+def test_bound_is_below_the_brute_force_optimum(profile, r):
+    low = planopt.min_budget(profile)
+    budget = low + r * (keep_all_peak(profile) - low)
+    optimum = _optimum(profile, budget)
+    bound = planopt.lower_bound(profile, budget)
+    lp = planopt.lower_bound(profile, budget, relax=True)
+    if optimum is None:
+        return  # the relaxation may still fit: nothing to compare
+    assert bound is not None and lp is not None
+    assert profile.t_ideal <= lp <= bound * (1 + 1e-9)
+    assert bound <= optimum * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_bound_is_below_the_exact_optimum_on_longer_chains(seed):
+    rng = random.Random(500 + seed)
+    profile = random_profile(rng, 8)
+    budget = planopt.budget_from_fraction(profile, 0.5)
+    exact = planopt.solve(profile, budget, "exact", time_limit=60)
+    bound = planopt.lower_bound(profile, budget)
+    if exact.status is Status.OPTIMAL:
+        assert bound <= exact.makespan * (1 + 1e-9)
+    elif exact.status is Status.INFEASIBLE:
+        pass
+    else:
+        pytest.fail(exact.message)
+
+
+@pytest.mark.parametrize(
+    "name", ["resnet50-blocks-b128-pipedream", "gpt-48blk-b8-s1024-h100-pcie5-roofline"]
+)
+@pytest.mark.parametrize("fraction", [0.7, 0.5])
+def test_bound_sits_between_t_ideal_and_the_heuristics(name, fraction):
+    profile = planopt.bundled_profile(name)
+    budget = planopt.budget_from_fraction(profile, fraction)
+    bound = planopt.lower_bound(profile, budget, time_limit=5)
+    assert bound >= profile.t_ideal
+    for method in ("greedy", "sqrt-n"):
+        solution = planopt.solve(profile, budget, method)
+        if solution.status in (Status.FEASIBLE, Status.OPTIMAL):
+            assert bound <= solution.makespan
+
+
+def test_no_bound_below_the_minimum_budget():
+    profile = planopt.bundled_profile("alexnet-b128-caffe-titanx")
+    assert planopt.lower_bound(profile, planopt.min_budget(profile) - 1) is None
+    with pytest.raises(planopt.SolverOptionError):
+        planopt.lower_bound(profile, "50%", time_limit=0)
