@@ -19,6 +19,7 @@ Families (scales are per chain, so chains differ in more than one unit):
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Sequence
@@ -167,15 +168,7 @@ def _transformer(rng: np.random.Generator, n: int, noise: float) -> list[Layer]:
 def _perturb(rng: np.random.Generator, layer: Layer, noise: float) -> Layer:
     f = max(0.1, 1.0 + noise * float(rng.standard_normal()))
     b = max(0.1, 1.0 + noise * float(rng.standard_normal()))
-    return Layer(
-        layer.name,
-        layer.fwd * f,
-        layer.bwd * b,
-        layer.saved_bytes,
-        layer.fwd_work_bytes,
-        layer.bwd_work_bytes,
-        layer.signature,
-    )
+    return dataclasses.replace(layer, fwd=layer.fwd * f, bwd=layer.bwd * b)
 
 
 def _family(rng: np.random.Generator, family: str, n: int, noise: float) -> list[Layer]:
@@ -190,17 +183,7 @@ def _family(rng: np.random.Generator, family: str, n: int, noise: float) -> list
         kind = str(rng.choice(["uniform", "cnn", "transformer"]))
         for layer in _family(rng, kind, length, noise):
             sig = None if layer.signature is None else f"seg{seg}.{kind}.{layer.signature}"
-            out.append(
-                Layer(
-                    layer.name,
-                    layer.fwd,
-                    layer.bwd,
-                    layer.saved_bytes,
-                    layer.fwd_work_bytes,
-                    layer.bwd_work_bytes,
-                    sig,
-                )
-            )
+            out.append(dataclasses.replace(layer, signature=sig))
     return out
 
 
