@@ -274,3 +274,22 @@ def test_restricted_space_says_infeasible_when_only_the_joint_space_fits():
     assert solution.status is Status.INFEASIBLE
     assert "keep/recompute" in solution.message
     assert planopt.solve(profile, 5, "recompute-only", time_limit=60).status is Status.OPTIMAL
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_redundant_relaxation_cuts_keep_the_optimum(seed):
+    """The implied cuts (`redundant=True`) must never cut off the true optimum."""
+    from solvers.cpsat import solve_cpsat
+
+    rng = random.Random(600 + seed)
+    profile = random_profile(rng, rng.randint(2, 4))
+    scores = _all_scores(profile)
+    scorer = planopt.Scorer(profile)
+    for budget in _budgets(profile, scores)[:3]:
+        optimum = min(t for t, peak in scores if peak <= budget)
+        form = build(profile, budget, redundant=True)
+        result = solve_cpsat(form, time_limit=30, threads=1, seed=0, hint=None)
+        assert result.status == "optimal"
+        makespan, peak = scorer.score_plan(form.decode(lambda v, r=result: r.values[v]))
+        assert peak <= budget
+        assert makespan == pytest.approx(optimum, rel=REL, abs=1e-12)
