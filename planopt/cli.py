@@ -1,4 +1,4 @@
-"""The `planopt` command line: simulate, solve, show, methods, demo.
+"""The `planopt` command line: simulate, solve, show, methods, demo, experiment.
 
 Every error a user can cause arrives here as a `PlanoptError` (or an
 `OSError` writing `--output`) and leaves as one `planopt: error: ...` line
@@ -35,6 +35,7 @@ from planopt.report import (
     table,
 )
 from planopt.result import Solution, Status
+from planopt.schedule import Schedule
 from planopt.simulate import check_budget, simulate
 
 EXIT_OK = 0
@@ -286,7 +287,22 @@ def _cmd_show(args: argparse.Namespace) -> int:
     print()
     label = args.plan if args.plan is not None else "keep-all (no plan given)"
     print(key_values([("plan", label), *schedule_summary(schedule, plan)]))
+    if args.plot is not None:
+        _plot(profile, plan, schedule, args.plot, f"{profile.name}: {label}")
     return EXIT_OK
+
+
+def _plot(profile: Profile, plan: Plan, schedule: Schedule, path: str, title: str) -> None:
+    from planopt.plot import save_figure, timeline_figure
+
+    figure = timeline_figure(profile, plan, title=title, schedule=schedule)
+    try:
+        save_figure(figure, path)
+    except OSError as exc:
+        raise FormatError(
+            f"--plot must be a writable file, got {path!r} ({exc.strerror})"
+        ) from None
+    print(f"\ntimeline written to {path}")
 
 
 # -- methods -----------------------------------------------------------------------
@@ -494,6 +510,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("profile", metavar="PROFILE", help="profile JSON file or bundled name")
     p.add_argument("plan", metavar="PLAN", nargs="?", help="plan JSON file (default: keep-all)")
     p.add_argument("--budget", metavar="B", help="compare the peak with this budget")
+    p.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="also draw the plan's timeline (compute, D2H, H2D lanes over the memory "
+        "curve) to FILE (.png, .svg or .pdf; needs matplotlib)",
+    )
 
     command("methods", "list the registered methods, their availability and options", _cmd_methods)
 
@@ -520,6 +542,10 @@ def build_parser() -> argparse.ArgumentParser:
         f"{DEMO_EXACT_MAX_LAYERS}); larger nets get a 'skipped' row",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
+
+    from planopt.experiment.cli import add_experiment_command
+
+    add_experiment_command(command)
     return parser
 
 

@@ -1,0 +1,137 @@
+"""Building sweeps: which profiles, methods and budgets make up the jobs.
+
+Methods are read from the registry at run time (`default_methods`), so a
+newly registered method joins every sweep without a code change here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from planopt import registry
+from planopt.budget import budget_from_fraction, min_budget
+from planopt.errors import PlanoptError
+from planopt.experiment.sweep import LOWER_BOUND, Job
+from planopt.profile import Profile
+from planopt.random_chain import FAMILIES, random_chain
+
+ORACLES = ("brute-force",)  # exponential test oracles: never part of a sweep by default
+DEFAULT_EXACT_OPTIONS: dict[str, Any] = {"threads": 1}  # parallel workers, not threads
+
+
+def default_methods() -> list[str]:
+    """Every available registered method except the test oracles."""
+    return [m for m in registry.available() if m not in ORACLES]
+
+
+def is_exact(method: str) -> bool:
+    return method != LOWER_BOUND and registry.get(method).exact
+
+
+def _accepted(method: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The subset of `options` that `method` declares (a default is not an order)."""
+    if not options or method == LOWER_BOUND:
+        return {}
+    allowed = registry.get(method).options()
+    return {k: v for k, v in options.items() if k in allowed}
+
+
+def random_profiles(
+    families: Sequence[str], lengths: Sequence[int], seeds: int | Sequence[int]
+) -> list[tuple[Profile, str]]:
+    """Seeded random chains with their group label `random-<family>`."""
+    seed_list = range(seeds) if isinstance(seeds, int) else seeds
+    out = []
+    for family in families:
+        if family not in FAMILIES:
+            raise PlanoptError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
+        for n in lengths:
+            for seed in seed_list:
+                out.append((random_chain(n, seed=seed, family=family), f"random-{family}"))
+    return out
+
+
+def parse_random(spec: str) -> list[tuple[Profile, str]]:
+    """`FAMILY:L1,L2,...:SEEDS` (e.g. `mixed:8,16:3`) as random profiles."""
+    parts = spec.split(":")
+    if len(parts) != 3:
+        raise PlanoptError(
+            f"random chains must be given as FAMILY:L1,L2,...:SEEDS (e.g. mixed:8,16:3), "
+            f"got {spec!r}"
+        )
+    family, lengths, seeds = parts
+    try:
+        ns = [int(n) for n in lengths.split(",") if n]
+        count = int(seeds)
+    except ValueError:
+        raise PlanoptError(
+            f"random chains: lengths and seed count must be integers, got {spec!r}"
+        ) from None
+    if not ns or count < 1 or min(ns) < 1:
+        raise PlanoptError(
+            f"random chains: need at least one length >= 1 and a seed count >= 1, got {spec!r}"
+        )
+    return random_profiles([family], ns, count)
+
+
+def make_jobs(
+    profiles: Iterable[Profile | tuple[Profile, str]],
+    fractions: Sequence[float],
+    methods: Sequence[str] | None = None,
+    *,
+    time_limit: float | None = 60.0,
+    exact_time_limit: float | None = None,
+    exact_max_layers: int = 32,
+    exact_options: dict[str, Any] | None = None,
+    method_options: dict[str, dict[str, Any]] | None = None,
+    bound: bool = True,
+    bound_time_limit: float | None = 10.0,
+    seed: int = 0,
+    skip_below_min: bool = True,
+) -> list[Job]:
+    """Every (profile, budget fraction, method) job, plus a lower bound per instance.
+
+    Exact methods run only on nets of at most `exact_max_layers` layers, with
+    `exact_options` (default: one thread each, as the sweep already runs
+    jobs in parallel) and `exact_time_limit` (default `time_limit`).
+    `method_options` adds options per method name. Budgets below the
+    minimum any plan needs are skipped unless `skip_below_min` is False.
+    """
+    methods = list(default_methods() if methods is None else methods)
+    extra = exact_options if exact_options is not None else DEFAULT_EXACT_OPTIONS
+    per_method = method_options or {}
+    jobs = []
+    for item in profiles:
+        profile, group = item if isinstance(item, tuple) else (item, "")
+        minimum = min_budget(profile)
+        for fraction in fractions:
+            if skip_below_min and budget_from_fraction(profile, fraction) < minimum:
+                continue
+            for method in methods:
+                exact = is_exact(method)
+                if exact and len(profile.layers) > exact_max_layers:
+                    continue
+                options = {
+                    **_accepted(method, extra if exact else {}),
+                    **per_method.get(method, {}),
+                }
+                limit = exact_time_limit if exact and exact_time_limit is not None else time_limit
+                jobs.append(
+                    Job.make(
+                        profile,
+                        fraction,
+                        method,
+                        options,
+                        time_limit=limit,
+                        seed=seed,
+                        group=group,
+                    )
+                )
+            if bound:
+                jobs.append(
+                    Job.make(
+                        profile, fraction, LOWER_BOUND, time_limit=bound_time_limit, group=group
+                    )
+                )
+    return jobs

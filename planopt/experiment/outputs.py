@@ -1,0 +1,215 @@
+"""Write a sweep's tables (CSV + Markdown) and figures (PNG + SVG) to folders.
+
+One function, `write_outputs`, shared by `planopt experiment sweep` (a
+user's own profiles) and `planopt experiment suite` (the report's), so both
+produce the same files:
+
+    <tables>/results.csv                      every result, one row each
+    <tables>/overhead.md   (+ overhead.csv, peak.csv, overhead_long.csv)
+    <tables>/gap.md        (+ gap_*.csv, bound_tightness.csv)
+    <tables>/solve_time.md (+ solve_time.csv)
+    <tables>/joint.md      (+ joint_*.csv)      when exact and restricted methods ran
+    <tables>/robustness.md (+ robustness_*.csv) when draws > 0
+    <figures>/overhead_vs_budget, gap_distribution, solve_time_vs_layers, robustness
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from planopt.experiment import analysis, robustness
+from planopt.experiment.sweep import Result
+from planopt.experiment.tables import write_rows_csv, write_tables
+from planopt.profile import Profile
+
+
+def unique(results: Sequence[Result]) -> list[Result]:
+    """Results with duplicate jobs (same cache key) dropped, first kept."""
+    seen: dict[str, Result] = {}
+    for r in results:
+        seen.setdefault(r.key, r)
+    return list(seen.values())
+
+
+def write_outputs(
+    results: Sequence[Result],
+    profiles: Mapping[str, Profile],
+    tables_dir: str | Path,
+    figures_dir: str | Path | None,
+    *,
+    draws: int = 20,
+    noise_seed: int = 0,
+    scenarios: Sequence[robustness.Noise] = robustness.DEFAULT_SCENARIOS,
+    overhead_profiles: Sequence[str] | None = None,
+    time_results: Sequence[Result] | None = None,
+    preamble: str = "",
+) -> dict:
+    """Write every table and (with `figures_dir`) figure; returns the headline figures.
+
+    `time_results` (default: all) are the results the solve-time table and
+    figure use; `overhead_profiles` picks the panels of the overhead figure.
+    """
+    results = unique(results)
+    tables_dir = Path(tables_dir)
+    written: list[Path] = [
+        write_rows_csv((r.to_row() for r in results), tables_dir / "results.csv")
+    ]
+    written += write_tables(
+        analysis.overhead_tables(results),
+        tables_dir,
+        "overhead",
+        title="Overhead and peak per method per budget",
+        preamble=preamble,
+    )
+    written += write_tables(
+        analysis.gap_tables(results),
+        tables_dir,
+        "gap",
+        title="The heuristics' gap to the optimum",
+        preamble=preamble,
+    )
+    timed = unique(time_results) if time_results is not None else results
+    written += write_tables(
+        [analysis.solve_time_table(timed)],
+        tables_dir,
+        "solve_time",
+        title="Solve time against L",
+        preamble=preamble,
+    )
+    joint = analysis.joint_tables(results)
+    if joint[1].rows:
+        written += write_tables(
+            joint,
+            tables_dir,
+            "joint",
+            title="Joint keep/swap/recompute against one mechanism",
+            preamble=preamble,
+        )
+    rows: list[dict] = []
+    advantage: list[dict] = []
+    if draws > 0:
+        rows = robustness.robustness_rows(
+            results, profiles, scenarios=scenarios, draws=draws, seed=noise_seed
+        )
+        advantage = robustness.advantage_rows(rows)
+        noise = ", ".join(
+            f"{s.name} (times {s.times:.0%}, bandwidths {s.bandwidth:.0%}, sizes {s.sizes:.0%})"
+            for s in scenarios
+        )
+        written += write_tables(
+            robustness.robustness_tables(rows),
+            tables_dir,
+            "robustness",
+            title="Robustness: plans re-scored on noisy profiles",
+            preamble=(
+                f"{preamble}\n\n{draws} draws per scenario and plan, seed {noise_seed}: {noise}. "
+                "Every number is scaled by its own factor drawn uniformly in [1 - r, 1 + r]."
+            ).strip(),
+        )
+    if figures_dir is not None:
+        written += write_figures(
+            results, timed, rows, advantage, figures_dir, overhead_profiles=overhead_profiles
+        )
+    headline = headline_figures(results, timed, rows, advantage)
+    headline["files"] = [str(p) for p in written]
+    return headline
+
+
+def write_figures(
+    results: Sequence[Result],
+    timed: Sequence[Result],
+    rows: Sequence[dict],
+    advantage: Sequence[dict],
+    folder: str | Path,
+    *,
+    overhead_profiles: Sequence[str] | None = None,
+) -> list[Path]:
+    from planopt.experiment import plots
+
+    written: list[Path] = []
+    try:
+        fig = plots.overhead_vs_budget(results, profiles=overhead_profiles)
+    except ValueError:
+        fig = None  # no profile swept at three budgets or more: nothing to draw
+    if fig is not None:
+        written += plots.save_both(fig, folder, "overhead_vs_budget")
+    gap_rows = analysis.gap_rows(results)
+    if gap_rows:
+        written += plots.save_both(plots.gap_distribution(gap_rows), folder, "gap_distribution")
+    written += plots.save_both(plots.solve_time_vs_layers(timed), folder, "solve_time_vs_layers")
+    if rows:
+        written += plots.save_both(plots.robustness_figure(rows, advantage), folder, "robustness")
+    return written
+
+
+def _med(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def headline_figures(
+    results: Sequence[Result],
+    timed: Sequence[Result],
+    rows: Sequence[dict],
+    advantage: Sequence[dict],
+) -> dict:
+    """The numbers the report quotes, computed from the same results as the tables."""
+    out: dict = {}
+    gaps = [r for r in analysis.gap_rows(results) if r["method"] == analysis.GREEDY]
+    for kind in ("optimum", "lower bound"):
+        mine = [r for r in gaps if r["reference"] == kind]
+        found = [r["gap"] for r in mine if r["gap"] is not None]
+        out[f"greedy_vs_{kind.replace(' ', '_')}"] = {
+            "instances": len(mine),
+            "median": _med(found),
+            "p90": analysis._quantile(found, 0.9),
+            "max": max(found) if found else None,
+            "within_1pct": sum(1 for g in found if g <= 0.01),
+            "no_plan": len(mine) - len(found),
+        }
+    bound = analysis.bound_table(results)
+    overall = [row for row in bound.rows if row["group"] == "all"]
+    out["bound_slack"] = overall[0] if overall else None
+    per_method = {}
+    for r in timed:
+        if r.status != "error":
+            per_method.setdefault(r.label, {}).setdefault(r.n_layers, []).append(r)
+    out["solve_time"] = {
+        label: {
+            n: {
+                "median_s": _med([r.solve_seconds for r in rs]),
+                "optimal": sum(1 for r in rs if r.status == "optimal"),
+                "solves": len(rs),
+            }
+            for n, rs in sorted(by_n.items())
+        }
+        for label, by_n in per_method.items()
+    }
+    joint = analysis.joint_rows(results)
+    for method in analysis.RESTRICTED:
+        extra = [j[f"{method}_extra"] for j in joint if j[f"{method}_extra"] is not None]
+        out[f"joint_over_{method}"] = {
+            "instances": len(joint),
+            "median_extra": _med(extra),
+            "max_extra": max(extra) if extra else None,
+            "share_over_1pct": (sum(1 for e in extra if e > 0.01) / len(extra)) if extra else None,
+            "no_plan": sum(1 for j in joint if j[f"{method}_state"] == "no plan"),
+        }
+    broken: dict = {}
+    for row in rows:
+        cell = broken.setdefault(row["scenario"], {}).setdefault(row["method"], [0, 0])
+        cell[0] += not row["fits"]
+        cell[1] += 1
+    out["budget_broken_share"] = {
+        s: {m: b / n for m, (b, n) in per.items()} for s, per in broken.items()
+    }
+    kept: dict = {}
+    for a in advantage:
+        kept.setdefault(a["scenario"], {}).setdefault(
+            f"{a['leader']} over {a['method']}", []
+        ).append(a["kept"])
+    out["advantage_kept_median"] = {
+        s: {pair: _med(v) for pair, v in per.items()} for s, per in kept.items()
+    }
+    return out

@@ -1,0 +1,404 @@
+"""Figures of a sweep: overhead vs budget, the greedy's gap, solve time vs L, robustness.
+
+matplotlib (the `plots` extra) is imported inside each function, never at
+module import. Every figure is written as PNG and SVG by `save_both`; every
+method keeps one colour and marker across figures (`method_style`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from planopt.experiment.analysis import FULL_SPACE, GREEDY
+from planopt.experiment.sweep import LOWER_BOUND, Result
+from planopt.plot import require_matplotlib, save_figure
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+# Fixed styles for the methods we know; others get the remaining colours in turn.
+_KNOWN = (
+    "exact",
+    "pooch",
+    "sqrt-n",
+    "all-swap",
+    "superneurons",
+    "recompute-only",
+    "swap-only",
+    "keep-all",
+    "blocks",
+    "auto",
+)
+_COLORS = (
+    "#000000",
+    "#D62728",
+    "#1F77B4",
+    "#9467BD",
+    "#8C564B",
+    "#FF7F0E",
+    "#2CA02C",
+    "#7F7F7F",
+    "#17BECF",
+    "#BCBD22",
+    "#E377C2",
+    "#AEC7E8",
+)
+_MARKERS = ("o", "s", "^", "v", "D", "P", "X", "<", ">", "h", "*", "p")
+_BACKEND_LINES = {None: "-", "cpsat": "-", "highs": "--", "cbc": ":"}
+_extra: dict[str, int] = {}
+
+
+def method_style(label: str) -> dict:
+    """Colour, marker and line style of a method label (`exact[highs]` keeps exact's
+    colour, with the back-end's line style)."""
+    method, _, rest = label.partition("[")
+    backend = rest.rstrip("]") or None
+    if method in _KNOWN:
+        k = _KNOWN.index(method)
+    else:
+        k = len(_KNOWN) + _extra.setdefault(method, len(_extra))
+    style = {
+        "color": _COLORS[k % len(_COLORS)],
+        "marker": _MARKERS[k % len(_MARKERS)],
+        "linestyle": _BACKEND_LINES.get(backend, "-."),
+    }
+    if method == GREEDY:
+        style["linewidth"] = 2.2
+    return style
+
+
+def display_name(label: str) -> str:
+    return "pooch (greedy)" + label[len(GREEDY) :] if label.startswith(GREEDY) else label
+
+
+def save_both(fig: Figure, folder: str | Path, stem: str) -> list[Path]:
+    """`<stem>.png` and `<stem>.svg` in `folder`."""
+    folder = Path(folder)
+    return [save_figure(fig, folder / f"{stem}{ext}") for ext in (".png", ".svg")]
+
+
+def _figure(width: float, height: float) -> Figure:
+    require_matplotlib()
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def _pct_axis(ax: Axes, axis: str = "y", *, linthresh: float = 1.0) -> None:
+    """A symmetric-log percentage axis: linear near 0 (where most gaps are), log above."""
+    from matplotlib.ticker import FuncFormatter
+
+    setter = ax.set_yscale if axis == "y" else ax.set_xscale
+    setter("symlog", linthresh=linthresh, linscale=0.6)
+    fmt = FuncFormatter(lambda v, _: f"{v:g}%")
+    (ax.yaxis if axis == "y" else ax.xaxis).set_major_formatter(fmt)
+
+
+# -- overhead against budget -----------------------------------------------------------
+
+
+def overhead_vs_budget(
+    results: Sequence[Result], *, profiles: Sequence[str] | None = None, ncols: int = 3
+) -> Figure:
+    """One panel per net: each method's overhead (%) against the budget (% of keep-all
+    activation memory), with the lower bound dashed and the minimum budget shaded."""
+    by_profile: dict[str, list[Result]] = defaultdict(list)
+    for r in results:
+        by_profile[r.profile].append(r)
+    if profiles is None:
+        profiles = [p for p, rs in by_profile.items() if len({r.budget_fraction for r in rs}) >= 3]
+    profiles = [p for p in profiles if p in by_profile]
+    if not profiles:
+        raise ValueError("overhead_vs_budget: no profile has results at three or more budgets")
+    nrows = -(-len(profiles) // ncols)
+    fig = _figure(4.2 * min(ncols, len(profiles)) + 1.8, 3.3 * nrows + 0.6)
+    axes = fig.subplots(nrows, min(ncols, len(profiles)), squeeze=False, sharey=True)
+    handles: dict[str, object] = {}
+    for ax, name in zip(axes.flat, profiles, strict=False):
+        rs = by_profile[name]
+        first = rs[0]
+        min_fraction = _fraction_of(first.min_budget, rs)
+        ax.axvspan(0, 100 * min_fraction, color="#EEEEEE", zorder=0)
+        ax.axvline(100 * min_fraction, color="#999999", linewidth=0.8, zorder=0)
+        series: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        for r in rs:
+            if r.method == LOWER_BOUND and r.lower_bound is not None:
+                series["lower bound"].append(
+                    (100 * r.budget_fraction, 100 * (r.lower_bound / r.t_ideal - 1))
+                )
+            elif r.fits and r.overhead is not None:
+                series[r.label].append((100 * r.budget_fraction, 100 * r.overhead))
+        for label, points in sorted(series.items(), key=lambda kv: _order(kv[0])):
+            points.sort()
+            xs, ys = zip(*points, strict=True)
+            if label == "lower bound":
+                (line,) = ax.plot(xs, ys, color="#555555", linestyle="--", linewidth=1.2)
+            else:
+                style = method_style(label)
+                if label in FULL_SPACE:  # the optimum: drawn last, on top of the others
+                    style.update(linewidth=1.3, zorder=5)
+                (line,) = ax.plot(xs, ys, markersize=4, alpha=0.9, **style)
+            handles.setdefault(display_name(label), line)
+        ax.set_title(f"{name} (L = {first.n_layers})", fontsize="small")
+        ax.set_xlim(0, 102)
+        _pct_axis(ax)
+        ax.grid(alpha=0.3)
+    for ax in axes.flat[len(profiles) :]:
+        ax.set_visible(False)
+    for ax in axes[-1, :]:
+        ax.set_xlabel("budget (% of keep-all activation memory)")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("overhead T / T_ideal - 1 (%)")
+    from matplotlib.patches import Patch
+
+    handles["below the minimum budget"] = Patch(color="#EEEEEE")
+    fig.legend(
+        list(handles.values()),
+        list(handles),
+        loc="outside right center",
+        fontsize="small",
+        frameon=False,
+    )
+    fig.suptitle("Overhead against memory budget (lower is better)")
+    return fig
+
+
+def _fraction_of(nbytes: float, rs: Sequence[Result]) -> float:
+    """A byte budget as a budget fraction, from two results of the same profile."""
+    a = min(rs, key=lambda r: r.budget_fraction)
+    b = max(rs, key=lambda r: r.budget_fraction)
+    if b.budget_fraction == a.budget_fraction:
+        return a.budget_fraction
+    per = (b.budget - a.budget) / (b.budget_fraction - a.budget_fraction)
+    static = a.budget - per * a.budget_fraction
+    return (nbytes - static) / per if per > 0 else 0.0
+
+
+def _order(label: str) -> tuple[int, str]:
+    method = label.partition("[")[0]
+    return (_KNOWN.index(method) if method in _KNOWN else len(_KNOWN), label)
+
+
+# -- distribution of the gap --------------------------------------------------------------
+
+
+def gap_distribution(gap_rows: Sequence[dict]) -> Figure:
+    """ECDF of each heuristic's gap: to the proven optimum (left), and to the lower bound
+    on nets too large to solve exactly (right; an upper bound on the true gap)."""
+    fig = _figure(12, 4.6)
+    axes = fig.subplots(1, 2, sharey=True)
+    titles = {
+        "optimum": "gap to the proven optimum",
+        "lower bound": "gap to the lower bound (no optimum known)",
+    }
+    for ax, kind in zip(axes, titles, strict=True):
+        per_method: dict[str, list[float | None]] = defaultdict(list)
+        for row in gap_rows:
+            if row["reference"] == kind:
+                per_method[row["method"]].append(row["gap"])
+        n = 0
+        for method, gaps in sorted(per_method.items(), key=lambda kv: _order(kv[0])):
+            found = sorted(100 * g for g in gaps if g is not None)
+            n = max(n, len(gaps))
+            if not found:
+                continue
+            ys = [(k + 1) / len(gaps) for k in range(len(found))]
+            style = method_style(method)
+            style.pop("marker")
+            median = statistics.median(found) if len(found) * 2 > len(gaps) else None
+            note = f"median {median:.1f}%" if median is not None else "median: no plan"
+            missing = len(gaps) - len(found)
+            if missing:
+                note += f", no plan {missing}"
+            ax.step(
+                [0, *found],
+                [0, *ys],
+                where="post",
+                label=f"{display_name(method)} ({note})",
+                **style,
+            )
+        ax.set_title(f"{titles[kind]}: {n} instances", fontsize="medium")
+        _pct_axis(ax, "x")
+        ax.set_xlim(left=0)
+        ax.set_ylim(0, 1.02)
+        ax.set_xlabel("gap T / T_ref - 1 (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right", fontsize="x-small")
+    axes[0].set_ylabel("share of instances with gap <= x")
+    fig.suptitle(
+        "How far the heuristics are from the optimum (curves that reach 1 sooner are better; "
+        "a curve below 1 at the right: no plan found)",
+        fontsize="medium",
+    )
+    return fig
+
+
+# -- solve time against L ------------------------------------------------------------------
+
+
+def solve_time_vs_layers(
+    results: Sequence[Result], *, methods: Sequence[str] | None = None
+) -> Figure:
+    """Log-log solve time against L: every solve as a faint point, medians joined;
+    hollow markers are solves that ran into their time limit."""
+    fig = _figure(9.5, 5.6)
+    ax = fig.subplots()
+    per_label: dict[str, list[Result]] = defaultdict(list)
+    for r in results:
+        if r.status == "error":
+            continue
+        if methods is not None and r.method not in methods:
+            continue
+        per_label[r.label].append(r)
+    limits = set()
+    for label, rs in sorted(per_label.items(), key=lambda kv: _order(kv[0])):
+        if label == LOWER_BOUND:
+            style = {"color": "#555555", "marker": "d", "linestyle": "--"}
+        else:
+            style = method_style(label)
+        by_n: dict[int, list[float]] = defaultdict(list)
+        for r in rs:
+            by_n[r.n_layers].append(max(r.solve_seconds, 1e-5))
+            if r.time_limit is not None and r.solve_seconds >= 0.95 * r.time_limit:
+                limits.add(r.time_limit)
+                ax.plot(
+                    r.n_layers,
+                    r.solve_seconds,
+                    marker=style["marker"],
+                    color=style["color"],
+                    markerfacecolor="none",
+                    markersize=8,
+                    linestyle="none",
+                )
+        xs = sorted(by_n)
+        pts = [(n, s) for n in xs for s in by_n[n]]
+        ax.scatter(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            s=10,
+            color=style["color"],
+            alpha=0.25,
+            linewidths=0,
+        )
+        ax.plot(
+            xs,
+            [statistics.median(by_n[n]) for n in xs],
+            label=display_name(label),
+            markersize=5,
+            **style,
+        )
+    for limit in sorted(limits):
+        ax.axhline(limit, color="#999999", linestyle=":", linewidth=1)
+        ax.text(
+            0.01,
+            limit * 1.08,
+            f"time limit {limit:g} s",
+            fontsize="x-small",
+            color="#666666",
+            transform=ax.get_yaxis_transform(),
+        )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    from matplotlib.ticker import NullFormatter, NullLocator
+
+    lengths = sorted({r.n_layers for rs in per_label.values() for r in rs})
+    ax.set_xticks(lengths, [str(n) for n in lengths])
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("layers L (log scale)")
+    ax.set_ylabel("solve time (s, log scale)")
+    ax.grid(alpha=0.3, which="major")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
+    ax.set_title(
+        "Solve time against network length (median line, every solve dotted; "
+        "hollow: hit its time limit)",
+        fontsize="medium",
+    )
+    return fig
+
+
+# -- robustness -------------------------------------------------------------------------------
+
+
+def robustness_figure(rows: Sequence[dict], advantage: Sequence[dict]) -> Figure:
+    """Left: share of re-scorings whose true peak breaks the budget, per method and noise.
+    Right: share of the exact plan's nominal advantage kept under noise, per rival."""
+    fig = _figure(13, 4.8)
+    left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.1, 1.0]})
+    scenarios = list(dict.fromkeys(r["scenario"] for r in rows))
+    methods = sorted({r["method"] for r in rows}, key=_order)
+    width = 0.8 / max(1, len(scenarios))
+    hatches = ("", "///", "..", "xx")
+    for k, scenario in enumerate(scenarios):
+        shares = []
+        for method in methods:
+            mine = [r for r in rows if r["scenario"] == scenario and r["method"] == method]
+            shares.append(100 * sum(not r["fits"] for r in mine) / len(mine) if mine else 0)
+        xs = [i + (k - (len(scenarios) - 1) / 2) * width for i in range(len(methods))]
+        left.bar(
+            xs,
+            shares,
+            width,
+            label=scenario,
+            color=[method_style(m)["color"] for m in methods],
+            hatch=hatches[k % len(hatches)],
+            edgecolor="white",
+            alpha=0.55 + 0.45 * (k == len(scenarios) - 1),
+        )
+    left.set_xticks(
+        range(len(methods)),
+        [display_name(m) for m in methods],
+        rotation=30,
+        ha="right",
+        fontsize="small",
+    )
+    left.set_ylabel("re-scorings over budget (%)")
+    left.set_ylim(0, 100)
+    left.grid(axis="y", alpha=0.3)
+    from matplotlib.patches import Patch
+
+    left.legend(
+        handles=[
+            Patch(facecolor="#888888", hatch=hatches[k % len(hatches)], edgecolor="white", label=s)
+            for k, s in enumerate(scenarios)
+        ],
+        fontsize="small",
+        loc="upper left",
+    )
+    left.set_title("Which plans break the budget on a noisy profile", fontsize="medium")
+
+    pairs = sorted({(a["leader"], a["method"]) for a in advantage}, key=lambda p: _order(p[1]))
+    data, labels = [], []
+    for scenario in scenarios:
+        for leader, method in pairs:
+            kept = [
+                100 * a["kept"]
+                for a in advantage
+                if a["scenario"] == scenario and a["leader"] == leader and a["method"] == method
+            ]
+            if kept:
+                data.append(kept)
+                labels.append(f"{leader} over {display_name(method)}\n{scenario}")
+    if data:
+        import matplotlib
+
+        major, minor = (int(x) for x in matplotlib.__version__.split(".")[:2])
+        # `vert` is deprecated from matplotlib 3.10 on, `orientation` new in it.
+        sideways = {"orientation": "horizontal"} if (major, minor) >= (3, 10) else {"vert": False}
+        box = right.boxplot(data, showfliers=False, patch_artist=True, **sideways)
+        for patch, label in zip(box["boxes"], labels, strict=True):
+            method = label.split(" over ")[1].split("\n")[0].replace(" (greedy)", "")
+            patch.set_facecolor(method_style(method)["color"])
+            patch.set_alpha(0.45)
+        right.set_yticks(range(1, len(labels) + 1), labels, fontsize="x-small")
+    right.axvline(100, color="#333333", linewidth=0.8)
+    right.axvline(0, color=_COLORS[1], linewidth=0.8, linestyle="--")
+    right.set_xlabel("nominal advantage kept on noisy profiles (%; <0: the rival is faster)")
+    right.grid(axis="x", alpha=0.3)
+    right.set_title("How much of an advantage survives the noise", fontsize="medium")
+    return fig

@@ -1,0 +1,243 @@
+"""Draw one plan's timeline: compute, D2H and H2D lanes over the memory curve.
+
+Needs matplotlib (the `plots` extra); the planner does not, so it is
+imported only when a figure is drawn. Figures are built with the
+object-oriented `matplotlib.figure.Figure` (no pyplot), which neither needs
+a display nor changes the backend of a notebook that imports planopt.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from planopt.errors import PlanoptError
+from planopt.plan import Plan
+from planopt.profile import Profile
+from planopt.schedule import OpKind, Resource, Schedule
+from planopt.simulate import simulate
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+LANES = (Resource.COMPUTE, Resource.D2H, Resource.H2D)
+LANE_LABELS = {Resource.COMPUTE: "compute", Resource.D2H: "D2H copy", Resource.H2D: "H2D copy"}
+OP_COLORS = {
+    OpKind.FORWARD: "#4C72B0",
+    OpKind.BACKWARD: "#55A868",
+    OpKind.RECOMPUTE: "#DD8452",
+    OpKind.COPY_OUT: "#8172B3",
+    OpKind.COPY_BACK: "#C44E52",
+}
+OP_LABELS = {
+    OpKind.FORWARD: "forward",
+    OpKind.BACKWARD: "backward",
+    OpKind.RECOMPUTE: "recompute",
+    OpKind.COPY_OUT: "copy out (swap)",
+    OpKind.COPY_BACK: "copy back (prefetch)",
+}
+STALL_COLOR = "#E8E8E8"
+BUDGET_COLOR = "#D62728"
+FIGURE_FORMATS = (".png", ".svg", ".pdf")
+
+
+class PlotUnavailableError(PlanoptError):
+    """Drawing needs matplotlib, which is not installed."""
+
+
+def require_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise PlotUnavailableError(
+            "plots need the package 'matplotlib', which is not installed; "
+            "install it (pip install 'planopt[plots]')"
+        ) from None
+
+
+def time_unit(seconds: float) -> tuple[float, str]:
+    """Scale and name for a time axis whose largest value is `seconds`."""
+    if seconds >= 10:
+        return 1.0, "s"
+    if seconds >= 1e-2:
+        return 1e3, "ms"
+    return 1e6, "us"
+
+
+def _stalls(schedule: Schedule) -> list[tuple[float, float]]:
+    """Intervals in [0, makespan] when the compute stream runs nothing."""
+    busy = sorted(
+        (op.start, op.end) for op in schedule.operations() if op.resource is Resource.COMPUTE
+    )
+    gaps, clock = [], 0.0
+    tiny = 1e-9 * max(schedule.makespan, 1e-30)
+    for start, end in busy:
+        if start > clock + tiny:
+            gaps.append((clock, start))
+        clock = max(clock, end)
+    if schedule.makespan > clock + tiny:
+        gaps.append((clock, schedule.makespan))
+    return gaps
+
+
+def timeline_figure(
+    profile: Profile,
+    plan: Plan,
+    *,
+    budget: float | None = None,
+    title: str | None = None,
+    schedule: Schedule | None = None,
+) -> Figure:
+    """A Gantt chart of the plan's three queues with the memory curve beneath.
+
+    Grey bands in the compute lane are stalls (compute waiting on a copy);
+    the red dashed line is the budget, the dotted one static memory.
+    """
+    require_matplotlib()
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    sched = schedule if schedule is not None else simulate(profile, plan, budget)
+    budget = sched.budget if budget is None else budget
+    scale, unit = time_unit(sched.makespan)
+    fig = Figure(figsize=(11, 5.6), layout="constrained")
+    gantt, memory = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [1.15, 1.0]})
+
+    lane_y = {lane: len(LANES) - 1 - k for k, lane in enumerate(LANES)}
+    bars: dict[tuple[Resource, OpKind], list[tuple[float, float]]] = {}
+    for op in sched.operations():
+        bars.setdefault((op.resource, op.kind), []).append(
+            (op.start * scale, (op.end - op.start) * scale)
+        )
+    stalls = [(a * scale, (b - a) * scale) for a, b in _stalls(sched)]
+    y_c = lane_y[Resource.COMPUTE]
+    if stalls:
+        gantt.broken_barh(
+            stalls,
+            (y_c - 0.4, 0.8),
+            facecolors=STALL_COLOR,
+            hatch="////",
+            edgecolor="#AAAAAA",
+            linewidth=0,
+        )
+    for (resource, kind), spans in bars.items():
+        gantt.broken_barh(
+            spans,
+            (lane_y[resource] - 0.4, 0.8),
+            facecolors=OP_COLORS[kind],
+            edgecolor="white",
+            linewidth=0.25,
+        )
+    gantt.set_yticks([lane_y[lane] for lane in LANES], [LANE_LABELS[lane] for lane in LANES])
+    gantt.set_ylim(-0.6, len(LANES) - 0.4)
+    gantt.grid(axis="x", alpha=0.3)
+    kinds_present = [kind for kind in OP_COLORS if any(k == kind for _, k in bars)]
+    handles = [Patch(facecolor=OP_COLORS[k], label=OP_LABELS[k]) for k in kinds_present]
+    if stalls:
+        stall_total = sum(d for _, d in stalls)
+        handles.append(
+            Patch(
+                facecolor=STALL_COLOR,
+                hatch="////",
+                edgecolor="#AAAAAA",
+                label=f"compute stalled ({stall_total:.3g} {unit})",
+            )
+        )
+    gantt.legend(
+        handles=handles,
+        loc="lower left",
+        bbox_to_anchor=(0, 1.0),
+        ncol=6,
+        frameon=False,
+        fontsize="small",
+    )
+
+    gib = 2**30
+    # Several events at one instant (frees first) leave zero-length dips; the
+    # last level at each instant is the one that lasts, and never below a dip.
+    last = np.append(np.diff(sched.memory_times) != 0, True)
+    times = sched.memory_times[last] * scale
+    level = sched.memory_bytes[last] / gib
+    memory.step(times, level, where="post", color="#333333", linewidth=1.0, label="device memory")
+    memory.fill_between(times, level, step="post", color="#9ECAE1", alpha=0.5)
+    memory.axhline(
+        sched.static_bytes / gib,
+        color="#777777",
+        linestyle=":",
+        linewidth=1,
+        label=f"static {sched.static_bytes / gib:.2f} GiB",
+    )
+    if budget is not None:
+        memory.axhline(
+            budget / gib,
+            color=BUDGET_COLOR,
+            linestyle="--",
+            linewidth=1.3,
+            label=f"budget {budget / gib:.2f} GiB",
+        )
+    peak = sched.peak_bytes / gib
+    memory.plot(
+        [sched.peak_time * scale],
+        [peak],
+        marker="v",
+        color=BUDGET_COLOR if not sched.feasible else "#333333",
+        linestyle="none",
+        label=f"peak {peak:.2f} GiB",
+    )
+    top = max(peak, (budget or 0) / gib) * 1.12
+    memory.set_ylim(0, top if top > 0 else 1)
+    memory.set_xlim(0, sched.makespan * scale * 1.005 if sched.makespan > 0 else 1)
+    memory.set_ylabel("device memory (GiB)")
+    memory.set_xlabel(f"time ({unit})")
+    memory.grid(alpha=0.3)
+    memory.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", frameon=False)
+
+    if title is None:
+        title = f"{profile.name}: {plan.summary()}"
+    verdict = "" if budget is None else ("fits" if sched.feasible else "OVER BUDGET")
+    fig.suptitle(
+        f"{title}\nmakespan {sched.makespan * scale:.4g} {unit} "
+        f"(+{100 * sched.overhead:.1f}% over T_ideal {sched.t_ideal * scale:.4g} {unit}), "
+        f"peak {peak:.2f} GiB {verdict}".rstrip(),
+        fontsize="medium",
+    )
+    return fig
+
+
+def save_figure(fig: Figure, path: str | Path, *, dpi: int = 150) -> Path:
+    """Write `fig` to `path`; the suffix picks the format (.png, .svg or .pdf)."""
+    path = Path(path)
+    if path.suffix.lower() not in FIGURE_FORMATS:
+        raise PlanoptError(
+            f"figure path must end in {', '.join(FIGURE_FORMATS)}, got {str(path)!r}"
+        )
+    import matplotlib
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with matplotlib.rc_context({"svg.hashsalt": "planopt"}):
+        fig.savefig(path, dpi=dpi, metadata=_metadata(path))
+    return path
+
+
+def _metadata(path: Path) -> dict:
+    """Drop the date and tool stamps, so a figure re-drawn from the same data is the same."""
+    suffix = path.suffix.lower()
+    if suffix == ".svg":
+        return {"Date": None, "Creator": None}
+    if suffix == ".pdf":
+        return {"CreationDate": None, "Creator": None, "Producer": None}
+    return {"Software": None}
+
+
+def plot_timeline(
+    profile: Profile,
+    plan: Plan,
+    path: str | Path,
+    *,
+    budget: float | None = None,
+    title: str | None = None,
+) -> Path:
+    """Draw the plan's timeline (see `timeline_figure`) and write it to `path`."""
+    return save_figure(timeline_figure(profile, plan, budget=budget, title=title), path)
