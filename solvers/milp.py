@@ -43,6 +43,7 @@ from solvers.formulation import (
     Lit,
     MaxEq,
 )
+from solvers.highs import fresh_thread_pool
 
 MIP_HORIZON = 1.0e4
 EPSILON = 1.0e-3
@@ -244,6 +245,7 @@ def solve_highs(form: Formulation, *, time_limit, threads: int, seed: int, hint)
         random_seed=seed,
         mip_feasibility_tolerance=INTEGRALITY_TOLERANCE,
     )
+    fresh_thread_pool()
     return _run(form, solver, hint)
 
 

@@ -25,6 +25,7 @@ import math
 import pulp
 
 from planopt.profile import Profile
+from solvers.highs import solve_with_highs
 
 
 def relaxation_bound(
@@ -93,8 +94,7 @@ def relaxation_bound(
         if layer.bwd > 0:
             prob += kept_below[i] + s[i] + layer.bwd_work_bytes / m_unit <= cap
 
-    solver = pulp.HiGHS(msg=False, timeLimit=time_limit, threads=threads)
-    prob.solve(solver)
+    solve_with_highs(prob, timeLimit=time_limit, threads=threads)
     status = pulp.LpStatus[prob.status]
     if status == "Infeasible":
         return None
