@@ -5,6 +5,7 @@ does, and is imported only on demand.
 """
 
 from planopt.api import lower_bound, solve
+from planopt.blocks import BlockStructure, Repeat, find_blocks
 from planopt.budget import (
     budget_from_fraction,
     keep_all_peak,
@@ -38,6 +39,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Action",
+    "BlockStructure",
     "BudgetError",
     "Device",
     "FormatError",
@@ -49,6 +51,7 @@ __all__ = [
     "PlanoptError",
     "Profile",
     "ProfileMismatchError",
+    "Repeat",
     "Schedule",
     "Scorer",
     "Solution",
@@ -60,6 +63,7 @@ __all__ = [
     "budget_from_fraction",
     "bundled_profile",
     "bundled_profile_names",
+    "find_blocks",
     "keep_all_peak",
     "load_plan",
     "load_profile",

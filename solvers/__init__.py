@@ -62,4 +62,22 @@ METHODS: tuple[MethodSpec, ...] = (
         "enumerate every plan (test oracle; tiny nets only)",
         exact=True,
     ),
+    MethodSpec(
+        "blocks",
+        "solvers.blocks:blocks",
+        "repeated blocks decided once per class of copies, then exact windows (deep nets)",
+        requires=("ortools",),
+    ),
+    MethodSpec(
+        "lns",
+        "solvers.lns:lns",
+        "the greedy improved by layer moves, kicks and exact windows (large nets)",
+        requires=("ortools",),
+    ),
+    MethodSpec(
+        "auto",
+        "solvers.auto:auto",
+        "exact for small nets, blocks for repeated ones, lns otherwise; says which",
+        requires=("ortools",),
+    ),
 )

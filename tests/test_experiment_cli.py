@@ -28,7 +28,7 @@ def test_sweep_writes_tables_and_figures_and_reuses_the_cache(tmp_path, capsys):
     out = tmp_path / "out"
     argv = [
         "experiment", "sweep", str(path), "--random", "cnn:5:1",
-        "--methods", "greedy", "sqrt-n", "--budgets", "90%", "0.7", "50%",
+        "--methods", "greedy", "sqrt-n", "--budgets", "100%", "0.95", "90%",
         "--draws", "2", "--out", str(out), "--cache", str(tmp_path / "cache"), "--quiet",
     ]  # fmt: skip
     code, stdout, err = run(capsys, *argv)
@@ -58,6 +58,7 @@ def test_sweep_writes_tables_and_figures_and_reuses_the_cache(tmp_path, capsys):
         (["experiment", "sweep", "no-such-net"], "bundled profile"),
         (["experiment", "sweep", "--budgets", "lots"], "budget must be a percentage"),
         (["experiment", "sweep", "--random", "cnn:5:1", "--methods", "nope"], "method must be"),
+        (["experiment", "sweep", "--random", "cnn:5:1", "--budgets", "10%"], "no job"),
         (["experiment", "sweep", "--workers", "0"], "must be an integer >= 1"),
         (["experiment"], "required"),
     ],
@@ -70,15 +71,17 @@ def test_bad_input_is_one_error_line(capsys, argv, message):
 
 
 def test_suite_jobs_cover_the_reports_questions():
-    jobs, timed = suite.build_jobs(suite.DEFAULT)
+    jobs, backend_jobs = suite.build_jobs(suite.DEFAULT)
     methods = {j.method for j in jobs}
     assert {"exact", "recompute-only", "swap-only", "pooch", "lower-bound"} <= methods
     assert "brute-force" not in methods
+    assert not methods & set(suite.DEFAULT.skip_methods)
     exact = [j for j in jobs if j.method == "exact"]
     assert max(len(j.profile.layers) for j in exact) <= suite.DEFAULT.exact_max_layers
-    backends = {j.options_dict.get("backend") for j in timed if j.method == "exact"}
-    assert {"cpsat", "highs", "cbc"} <= backends
-    assert max(len(j.profile.layers) for j in timed) == max(suite.DEFAULT.scaling_lengths)
+    assert all("backend" not in j.options_dict for j in jobs)
+    backends = {j.options_dict.get("backend") for j in backend_jobs}
+    assert backends == {"cpsat", "highs", "cbc"}
+    assert max(len(j.profile.layers) for j in jobs) == max(suite.DEFAULT.scaling_lengths)
     keys = [j.key() for j in jobs]
     assert len(set(keys)) < len(keys)  # the sweeps overlap; the cache runs each once
     assert json.dumps(suite.DEFAULT.__dict__)

@@ -281,3 +281,16 @@ def test_advantage_rows():
     pairs = robustness.advantage_rows(rows)
     assert [p["kept"] for p in pairs] == pytest.approx([2.0, -1.0])  # 20% / 10%, -10% / 10%
     assert [p["still_faster"] for p in pairs] == [True, False]
+
+
+def test_gap_pivot_puts_each_method_in_a_column():
+    rs = []
+    for k, (greedy, other) in enumerate([(13.2, 12.0), (12.6, None)]):
+        rs.append(res("exact", 12.0, status="optimal", profile=f"n{k}"))
+        rs.append(res("pooch", greedy, profile=f"n{k}"))
+        rs.append(res("blocks", other, profile=f"n{k}", status="feasible" if other else "timeout"))
+    pivot = next(t for t in analysis.gap_tables(rs) if t.name == "gap_by_net_method")
+    [row] = pivot.rows
+    assert row["pooch"] == "7.5%"  # median of 10% and 5%
+    assert row["blocks"] == "0.0% (no plan: 1)"
+    assert row["instances"] == 2

@@ -345,7 +345,44 @@ def gap_tables(results: Sequence[Result], *, focus: str = GREEDY) -> list[Table]
         ),
         markdown=False,
     )
-    return [by_method, by_budget, by_net, bound_table(results), per_instance]
+    return [by_method, by_budget, by_net, gap_pivot(rows), bound_table(results), per_instance]
+
+
+def gap_pivot(rows: list[dict]) -> Table:
+    """Median gap of every heuristic (columns) per net or family (rows): which method
+    wins where, e.g. whether a block-aware method wins on nets of repeated blocks."""
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    cells: dict[tuple[str, str], dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    sizes: dict[tuple[str, str], set[int]] = defaultdict(set)
+    for r in rows:
+        cells[(r["reference"], r["group"])][r["method"]].append(r)
+        sizes[(r["reference"], r["group"])].add(r["n_layers"])
+    out = []
+    for (ref, group), per in sorted(cells.items()):
+        lengths = sorted(sizes[(ref, group)])
+        row = {
+            "reference": ref,
+            "group": group,
+            "n_layers": str(lengths[0]) if len(lengths) == 1 else f"{lengths[0]}-{lengths[-1]}",
+            "instances": max(len(v) for v in per.values()),
+        }
+        for method in methods:
+            mine = per.get(method, [])
+            gaps = [m["gap"] for m in mine if m["gap"] is not None]
+            row[method] = _cell(gaps, len(mine) - len(gaps))
+        out.append(row)
+    return Table(
+        "gap_by_net_method",
+        "Median gap of every heuristic per net or family",
+        (
+            Column("reference", "reference", right=False),
+            Column("group", "net / family", right=False),
+            Column("n_layers", "L"),
+            Column("instances", "instances", fmt_int),
+            *(Column(m, m) for m in methods),
+        ),
+        tuple(out),
+    )
 
 
 def bound_table(results: Sequence[Result]) -> Table:

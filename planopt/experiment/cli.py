@@ -113,6 +113,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         exact_max_layers=args.exact_max_layers,
         bound=not args.no_bound,
     )
+    if not jobs:
+        raise PlanoptError(
+            "experiment sweep: no job to run: every budget is below the minimum budget of "
+            "every profile (see `planopt show PROFILE` for each one's minimum)"
+        )
     results = run_sweep(
         jobs,
         cache=_cache_arg(args),

@@ -17,7 +17,9 @@ from planopt.profile import Profile
 from planopt.random_chain import FAMILIES, random_chain
 
 ORACLES = ("brute-force",)  # exponential test oracles: never part of a sweep by default
-DEFAULT_EXACT_OPTIONS: dict[str, Any] = {"threads": 1}  # parallel workers, not threads
+# Given to every method that declares the option: a sweep already runs one job per
+# core, so a method's own threads would only compete with the other workers.
+DEFAULT_WORKER_OPTIONS: dict[str, Any] = {"threads": 1}
 
 
 def default_methods() -> list[str]:
@@ -83,7 +85,7 @@ def make_jobs(
     time_limit: float | None = 60.0,
     exact_time_limit: float | None = None,
     exact_max_layers: int = 32,
-    exact_options: dict[str, Any] | None = None,
+    worker_options: dict[str, Any] | None = None,
     method_options: dict[str, dict[str, Any]] | None = None,
     bound: bool = True,
     bound_time_limit: float | None = 10.0,
@@ -93,13 +95,17 @@ def make_jobs(
     """Every (profile, budget fraction, method) job, plus a lower bound per instance.
 
     Exact methods run only on nets of at most `exact_max_layers` layers, with
-    `exact_options` (default: one thread each, as the sweep already runs
-    jobs in parallel) and `exact_time_limit` (default `time_limit`).
+    `exact_time_limit` (default `time_limit`). Every method that declares an
+    option in `worker_options` (default `threads=1`: the sweep already runs
+    jobs in parallel) gets it.
     `method_options` adds options per method name. Budgets below the
     minimum any plan needs are skipped unless `skip_below_min` is False.
     """
     methods = list(default_methods() if methods is None else methods)
-    extra = exact_options if exact_options is not None else DEFAULT_EXACT_OPTIONS
+    for method in methods:
+        if method != LOWER_BOUND:
+            registry.get(method)  # an unknown name fails here, listing the valid ones
+    extra = worker_options if worker_options is not None else DEFAULT_WORKER_OPTIONS
     per_method = method_options or {}
     jobs = []
     for item in profiles:
@@ -113,7 +119,7 @@ def make_jobs(
                 if exact and len(profile.layers) > exact_max_layers:
                     continue
                 options = {
-                    **_accepted(method, extra if exact else {}),
+                    **_accepted(method, extra),
                     **per_method.get(method, {}),
                 }
                 limit = exact_time_limit if exact and exact_time_limit is not None else time_limit

@@ -49,7 +49,9 @@ _COLORS = (
     "#AEC7E8",
 )
 _MARKERS = ("o", "s", "^", "v", "D", "P", "X", "<", ">", "h", "*", "p")
-_BACKEND_LINES = {None: "-", "cpsat": "-", "highs": "--", "cbc": ":"}
+_BACKEND_LINES = {"cpsat": "-", "highs": "--", "cbc": ":"}
+# The anytime searches often tie with the optimum: dashes keep every curve visible.
+_METHOD_LINES = {"lns": (0, (5, 2)), "blocks": "-.", "auto": (0, (1, 1.5))}
 _extra: dict[str, int] = {}
 
 
@@ -65,7 +67,9 @@ def method_style(label: str) -> dict:
     style = {
         "color": _COLORS[k % len(_COLORS)],
         "marker": _MARKERS[k % len(_MARKERS)],
-        "linestyle": _BACKEND_LINES.get(backend, "-."),
+        "linestyle": (
+            _BACKEND_LINES.get(backend, "-.") if backend else _METHOD_LINES.get(method, "-")
+        ),
     }
     if method == GREEDY:
         style["linewidth"] = 2.2
@@ -228,7 +232,13 @@ def gap_distribution(gap_rows: Sequence[dict]) -> Figure:
         ax.set_ylim(0, 1.02)
         ax.set_xlabel("gap T / T_ref - 1 (%)")
         ax.grid(alpha=0.3)
-        ax.legend(loc="lower right", fontsize="x-small")
+        ax.legend(
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.16),
+            ncol=2,
+            fontsize="small",
+            frameon=False,
+        )
     axes[0].set_ylabel("share of instances with gap <= x")
     fig.suptitle(
         "How far the heuristics are from the optimum (curves that reach 1 sooner are better; "
@@ -245,24 +255,45 @@ def solve_time_vs_layers(
     results: Sequence[Result], *, methods: Sequence[str] | None = None
 ) -> Figure:
     """Log-log solve time against L: every solve as a faint point, medians joined;
-    hollow markers are solves that ran into their time limit."""
-    fig = _figure(9.5, 5.6)
-    ax = fig.subplots()
+    hollow markers are solves that ran into their time limit. Results that name a
+    back-end (`exact[highs]`) get their own panel on the right."""
+    chosen = [
+        r for r in results if r.status != "error" and (methods is None or r.method in methods)
+    ]
+    plain = [r for r in chosen if "backend" not in r.options]
+    backends = [r for r in chosen if "backend" in r.options]
+    panels = [(plain, "every method (default options)")]
+    if backends:
+        panels.append((backends, "the exact method on each back-end"))
+    widths = [2.2, 1.0][: len(panels)]
+    fig = _figure(11.5 if backends else 9.5, 5.8)
+    axes = fig.subplots(1, len(panels), squeeze=False, gridspec_kw={"width_ratios": widths})[0]
+    for ax, (rs, title) in zip(axes, panels, strict=True):
+        _time_panel(ax, rs)
+        ax.set_title(title, fontsize="medium")
+    axes[0].set_ylabel("solve time (s, log scale)")
+    fig.suptitle(
+        "Solve time against network length: median per L joined, every solve a dot, "
+        "hollow markers hit their time limit",
+        fontsize="medium",
+    )
+    return fig
+
+
+def _time_panel(ax: Axes, rs: Sequence[Result]) -> None:
+    from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+
     per_label: dict[str, list[Result]] = defaultdict(list)
-    for r in results:
-        if r.status == "error":
-            continue
-        if methods is not None and r.method not in methods:
-            continue
+    for r in rs:
         per_label[r.label].append(r)
     limits = set()
-    for label, rs in sorted(per_label.items(), key=lambda kv: _order(kv[0])):
+    for label, mine in sorted(per_label.items(), key=lambda kv: _order(kv[0])):
         if label == LOWER_BOUND:
             style = {"color": "#555555", "marker": "d", "linestyle": "--"}
         else:
             style = method_style(label)
         by_n: dict[int, list[float]] = defaultdict(list)
-        for r in rs:
+        for r in mine:
             by_n[r.n_layers].append(max(r.solve_seconds, 1e-5))
             if r.time_limit is not None and r.solve_seconds >= 0.95 * r.time_limit:
                 limits.add(r.time_limit)
@@ -280,7 +311,7 @@ def solve_time_vs_layers(
         ax.scatter(
             [p[0] for p in pts],
             [p[1] for p in pts],
-            s=10,
+            s=9,
             color=style["color"],
             alpha=0.25,
             linewidths=0,
@@ -296,7 +327,7 @@ def solve_time_vs_layers(
         ax.axhline(limit, color="#999999", linestyle=":", linewidth=1)
         ax.text(
             0.01,
-            limit * 1.08,
+            limit * 1.1,
             f"time limit {limit:g} s",
             fontsize="x-small",
             color="#666666",
@@ -304,25 +335,29 @@ def solve_time_vs_layers(
         )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    from matplotlib.ticker import NullFormatter, NullLocator
-
-    lengths = sorted({r.n_layers for rs in per_label.values() for r in rs})
-    ax.set_xticks(lengths, [str(n) for n in lengths])
-    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_locator(LogLocator(base=2))
+    ax.xaxis.set_major_formatter(ScalarFormatter())
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("layers L (log scale)")
-    ax.set_ylabel("solve time (s, log scale)")
     ax.grid(alpha=0.3, which="major")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
-    ax.set_title(
-        "Solve time against network length (median line, every solve dotted; "
-        "hollow: hit its time limit)",
-        fontsize="medium",
+    ax.legend(
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.13),
+        fontsize="small",
+        ncol=3 if len(per_label) > 4 else 1,
+        frameon=False,
     )
-    return fig
 
 
 # -- robustness -------------------------------------------------------------------------------
+
+
+def _sideways() -> dict:
+    """Horizontal boxes: `orientation` from matplotlib 3.10, `vert` before it."""
+    import matplotlib
+
+    major, minor = (int(x) for x in matplotlib.__version__.split(".")[:2])
+    return {"orientation": "horizontal"} if (major, minor) >= (3, 10) else {"vert": False}
 
 
 def robustness_figure(rows: Sequence[dict], advantage: Sequence[dict]) -> Figure:
@@ -372,10 +407,12 @@ def robustness_figure(rows: Sequence[dict], advantage: Sequence[dict]) -> Figure
     )
     left.set_title("Which plans break the budget on a noisy profile", fontsize="medium")
 
-    pairs = sorted({(a["leader"], a["method"]) for a in advantage}, key=lambda p: _order(p[1]))
-    data, labels = [], []
-    for scenario in scenarios:
-        for leader, method in pairs:
+    leader = "exact" if any(a["leader"] == "exact" for a in advantage) else None
+    rivals = sorted({a["method"] for a in advantage if a["leader"] == leader}, key=_order)
+    step = 0.8 / max(1, len(scenarios))
+    for k, scenario in enumerate(scenarios):
+        data, positions = [], []
+        for i, method in enumerate(rivals):
             kept = [
                 100 * a["kept"]
                 for a in advantage
@@ -383,22 +420,31 @@ def robustness_figure(rows: Sequence[dict], advantage: Sequence[dict]) -> Figure
             ]
             if kept:
                 data.append(kept)
-                labels.append(f"{leader} over {display_name(method)}\n{scenario}")
-    if data:
-        import matplotlib
-
-        major, minor = (int(x) for x in matplotlib.__version__.split(".")[:2])
-        # `vert` is deprecated from matplotlib 3.10 on, `orientation` new in it.
-        sideways = {"orientation": "horizontal"} if (major, minor) >= (3, 10) else {"vert": False}
-        box = right.boxplot(data, showfliers=False, patch_artist=True, **sideways)
-        for patch, label in zip(box["boxes"], labels, strict=True):
-            method = label.split(" over ")[1].split("\n")[0].replace(" (greedy)", "")
+                positions.append(i + (k - (len(scenarios) - 1) / 2) * step)
+        if not data:
+            continue
+        box = right.boxplot(
+            data,
+            positions=positions,
+            widths=step * 0.85,
+            showfliers=False,
+            patch_artist=True,
+            **_sideways(),
+        )
+        for patch, pos in zip(box["boxes"], positions, strict=True):
+            method = rivals[round(pos)]
             patch.set_facecolor(method_style(method)["color"])
-            patch.set_alpha(0.45)
-        right.set_yticks(range(1, len(labels) + 1), labels, fontsize="x-small")
+            patch.set_alpha(0.35 + 0.4 * k / max(1, len(scenarios) - 1))
+            patch.set_hatch(hatches[k % len(hatches)])
+    right.set_yticks(range(len(rivals)), [f"over {display_name(m)}" for m in rivals])
+    right.set_ylim(-0.6, len(rivals) - 0.4)
     right.axvline(100, color="#333333", linewidth=0.8)
     right.axvline(0, color=_COLORS[1], linewidth=0.8, linestyle="--")
     right.set_xlabel("nominal advantage kept on noisy profiles (%; <0: the rival is faster)")
     right.grid(axis="x", alpha=0.3)
-    right.set_title("How much of an advantage survives the noise", fontsize="medium")
+    right.set_title(
+        f"How much of {leader or 'the leader'}'s advantage survives the noise "
+        "(boxes: quartiles; legend as left)",
+        fontsize="medium",
+    )
     return fig

@@ -1,0 +1,74 @@
+"""Method "auto": pick the planner that fits the net, say which, and give a bound.
+
+* `exact` when the net has at most `exact_layers` layers (default 12: such
+  chains were proven optimal in about a second; at 16 layers 4 of 6 solves
+  hit a 60 s limit, experiments/results/exact_time.md);
+* `blocks` when `planopt.find_blocks` finds repeated blocks covering at
+  least half of the layers;
+* `lns` otherwise (the greedy improved by layer moves, kicks and exact
+  windows).
+
+Every path starts from (or warm-starts with) the greedy's plan, so the
+result is never worse than the greedy. The lower bound is the exact
+solver's where it ran, else the LP relaxation's (`planopt.lower_bound`).
+"""
+
+from __future__ import annotations
+
+from planopt.blocks import find_blocks
+from planopt.errors import SolverOptionError
+from planopt.problem import Problem
+from planopt.result import SolverOutput
+from solvers.blocks import blocks
+from solvers.lns import lns
+
+DEFAULT_EXACT_LAYERS = 12
+BLOCK_COVERAGE = 0.5  # repeats must cover this share of the layers for "blocks"
+
+
+def choose(problem: Problem, exact_layers: int, rtol: float) -> tuple[str, str]:
+    """The method auto uses for `problem`, and why (one line)."""
+    n = problem.n
+    if n <= exact_layers:
+        return "exact", f"{n} layers <= exact_layers={exact_layers}"
+    structure = find_blocks(problem.profile, rtol=rtol)
+    if structure.covered >= BLOCK_COVERAGE * n:
+        return "blocks", f"repeated blocks {structure.summary()} cover {structure.covered}/{n}"
+    if structure.found:
+        why = f"repeats {structure.summary()} cover only {structure.covered}/{n} layers"
+    else:
+        why = "no repeated blocks"
+    return "lns", f"{n} layers, {why}"
+
+
+def auto(
+    problem: Problem,
+    *,
+    exact_layers: int = DEFAULT_EXACT_LAYERS,
+    threads: int = 2,
+    rtol: float = 0.05,
+    window: int = 8,
+    window_seconds: float = 2.0,
+    max_evals: int | None = None,
+) -> SolverOutput:
+    """Exact for small nets, blocks for repeated ones, lns otherwise (see the module doc)."""
+    if isinstance(exact_layers, bool) or not isinstance(exact_layers, int) or exact_layers < 0:
+        raise SolverOptionError(f"exact_layers must be an integer >= 0, got {exact_layers!r}")
+    method, why = choose(problem, exact_layers, rtol)
+    if method == "exact":
+        from solvers.exact import solve_exact
+
+        out = solve_exact(problem, threads=threads, max_layers=max(exact_layers, 1))
+    elif method == "blocks":
+        out = blocks(
+            problem,
+            rtol=rtol,
+            window=window,
+            window_seconds=window_seconds,
+            max_evals=max_evals,
+        )
+    else:
+        out = lns(problem, window=window, window_seconds=window_seconds, max_evals=max_evals)
+    return SolverOutput(
+        out.plan, out.status, out.lower_bound, f"auto: used {method} ({why}); {out.message}"
+    )
