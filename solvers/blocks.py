@@ -331,6 +331,8 @@ def _front_by_mip(
     """The same as `_front_by_enumeration`, one HiGHS MIP per share and cap (long blocks)."""
     import pulp
 
+    from solvers.highs import solve_with_highs
+
     p = len(data.fwd)
     out: list[tuple[Action, ...] | None] = []
     for share, cap in itertools.product(shares, caps):
@@ -346,7 +348,7 @@ def _front_by_mip(
             prob += k[o] + w[o] + r[o] == 1
         prob += pulp.lpSum(data.saved[o] * k[o] for o in range(p)) <= cap
         prob += pulp.lpSum(data.out[o] * w[o] for o in range(p)) <= share * sum(data.fwd)
-        prob.solve(pulp.HiGHS(msg=False))
+        solve_with_highs(prob)
         if pulp.LpStatus[prob.status] != "Optimal":
             out.append(None)
             continue
