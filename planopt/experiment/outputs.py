@@ -44,6 +44,7 @@ def write_outputs(
     scenarios: Sequence[robustness.Noise] = robustness.DEFAULT_SCENARIOS,
     overhead_profiles: Sequence[str] | None = None,
     time_results: Sequence[Result] | None = None,
+    time_note: str = "",
     preamble: str = "",
 ) -> dict:
     """Write every table and (with `figures_dir`) figure; returns the headline figures.
@@ -76,7 +77,7 @@ def write_outputs(
         tables_dir,
         "solve_time",
         title="Solve time against L",
-        preamble=preamble,
+        preamble=(preamble + "\n\n" + time_note).strip(),
     )
     joint = analysis.joint_tables(results)
     if joint[1].rows:
