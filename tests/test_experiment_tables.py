@@ -294,3 +294,11 @@ def test_gap_pivot_puts_each_method_in_a_column():
     assert row["pooch"] == "7.5%"  # median of 10% and 5%
     assert row["blocks"] == "0.0% (no plan: 1)"
     assert row["instances"] == 2
+
+
+def test_quantile_matches_numpy():
+    rng = np.random.default_rng(3)
+    values = list(rng.normal(size=17))
+    for q in (0.0, 0.1, 0.5, 0.9, 1.0):
+        assert analysis.quantile(values, q) == pytest.approx(float(np.quantile(values, q)))
+    assert analysis.quantile([], 0.5) is None

@@ -180,8 +180,9 @@ def test_sweep_figures_have_labelled_axes_and_legends(small_sweep, tmp_path):
 
 
 def test_method_styles_are_stable():
-    assert plots.method_style("exact")["color"] == plots.method_style("exact[cbc]")["color"]
-    assert plots.method_style("exact")["linestyle"] != plots.method_style("exact[cbc]")["linestyle"]
+    cbc, highs = plots.method_style("exact[cbc]"), plots.method_style("exact[highs]")
+    assert cbc["color"] != highs["color"] and cbc["linestyle"] != highs["linestyle"]
+    assert plots.method_style("exact")["marker"] == cbc["marker"]
     new = plots.method_style("some-new-method")
     assert plots.method_style("some-new-method") == new
     assert json.dumps(new)  # plain data

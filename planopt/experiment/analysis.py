@@ -105,7 +105,8 @@ def _median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def _quantile(values: Sequence[float], q: float) -> float | None:
+def quantile(values: Sequence[float], q: float) -> float | None:
+    """The `q` quantile with linear interpolation (numpy's default), None for no values."""
     if not values:
         return None
     ordered = sorted(values)
@@ -219,14 +220,11 @@ def overhead_tables(results: Sequence[Result]) -> list[Table]:
 
 def _cell(values: list[float], failed: int, fmt: str | None = None) -> str:
     """Median of `values`, with the number of members that found no plan."""
-    if values:
-        mid = statistics.median(values)
-        text = f"{100 * mid:.1f}%" if fmt is None else fmt.format(mid)
-    else:
-        text = "-"
-    if failed:
-        text += f" (no plan: {failed})" if values else f"no plan ({failed})"
-    return text
+    if not values:
+        return f"no plan ({failed})" if failed else "-"
+    mid = statistics.median(values)
+    text = f"{100 * mid:.1f}%" if fmt is None else fmt.format(mid)
+    return f"{text} (no plan: {failed})" if failed else text
 
 
 # -- the greedy's gap to the optimum ----------------------------------------------------
@@ -271,7 +269,7 @@ def _gap_summary(rows: list[dict], key_fn, key_cols: tuple[Column, ...], name: s
             {
                 "instances": len(members),
                 "median": _median(gaps),
-                "p90": _quantile(gaps, 0.9),
+                "p90": quantile(gaps, 0.9),
                 "max": max(gaps) if gaps else None,
                 "within_1pct": sum(1 for g in gaps if g <= 0.01),
                 "at_reference": sum(1 for g in gaps if g <= 1e-6),
@@ -420,7 +418,7 @@ def bound_table(results: Sequence[Result]) -> Table:
                 "group": group,
                 "instances": len(members),
                 "median": _median(slack),
-                "p90": _quantile(slack, 0.9),
+                "p90": quantile(slack, 0.9),
                 "max": max(slack),
                 "tight": sum(1 for s in slack if s <= 1e-6),
             }

@@ -4,9 +4,10 @@ A job's key is the SHA-256 of everything that can change its outcome: the
 profile's numbers (signatures included, name and source left out), the budget
 in bytes, the method's canonical name, its options, time limit and seed, and
 the code version. The code version is `planopt.__version__` plus a hash of
-the planner's source: every `solvers/*.py` and the core modules a solve runs
-through (see `CORE_MODULES`). Editing a solver therefore invalidates its
-cached outcomes; editing the CLI, the runtime or this package does not.
+the planner's source: every `solvers/*.py` and every top-level `planopt/*.py`
+but the few that cannot change an outcome (`NOT_IN_CODE_VERSION`: the CLI,
+text and figure output). Editing a solver therefore invalidates every cached
+outcome; editing the CLI, the runtime or this package does not.
 
 One JSON file per key under `<root>/<key[:2]>/<key>.json`, written to a
 temporary name and renamed, so a killed sweep never leaves a torn entry.
@@ -26,18 +27,10 @@ from planopt.io import profile_to_dict
 from planopt.profile import Profile
 
 DEFAULT_CACHE_DIR = ".planopt-cache"
-# Modules of `planopt` whose code decides a solve's outcome (with all of `solvers/`).
-CORE_MODULES = (
-    "api.py",
-    "budget.py",
-    "plan.py",
-    "problem.py",
-    "profile.py",
-    "registry.py",
-    "result.py",
-    "schedule.py",
-    "simulate.py",
-)
+# Top-level `planopt` modules that cannot change a solve's outcome; every other
+# one (and every `solvers/*.py`) is part of the code version, so a new module a
+# method comes to depend on is covered without a change here.
+NOT_IN_CODE_VERSION = ("__main__.py", "cli.py", "plot.py", "report.py")
 
 
 @cache
@@ -47,10 +40,11 @@ def code_version() -> str:
     import solvers
 
     digest = hashlib.sha256()
-    files = [Path(planopt.__file__).parent / name for name in CORE_MODULES]
+    core = sorted(Path(planopt.__file__).parent.glob("*.py"))
+    files = [p for p in core if p.name not in NOT_IN_CODE_VERSION]
     files += sorted(Path(solvers.__file__).parent.glob("*.py"))
     for path in files:
-        digest.update(path.name.encode())
+        digest.update(f"{path.parent.name}/{path.name}".encode())
         digest.update(path.read_bytes())
     return f"{planopt.__version__}+{digest.hexdigest()[:16]}"
 

@@ -50,7 +50,9 @@ def write_outputs(
     """Write every table and (with `figures_dir`) figure; returns the headline figures.
 
     `time_results` (default: all) are the results the solve-time table and
-    figure use; `overhead_profiles` picks the panels of the overhead figure.
+    figure use (results naming a `backend` option get the figure's second
+    panel), `time_note` says which they are; `overhead_profiles` picks the
+    panels of the overhead figure.
     """
     results = unique(results)
     tables_dir = Path(tables_dir)
@@ -164,7 +166,7 @@ def headline_figures(
         out[f"greedy_vs_{kind.replace(' ', '_')}"] = {
             "instances": len(mine),
             "median": _med(found),
-            "p90": analysis._quantile(found, 0.9),
+            "p90": analysis.quantile(found, 0.9),
             "max": max(found) if found else None,
             "within_1pct": sum(1 for g in found if g <= 0.01),
             "no_plan": len(mine) - len(found),

@@ -50,6 +50,7 @@ _COLORS = (
 )
 _MARKERS = ("o", "s", "^", "v", "D", "P", "X", "<", ">", "h", "*", "p")
 _BACKEND_LINES = {"cpsat": "-", "highs": "--", "cbc": ":"}
+_BACKEND_COLORS = {"cpsat": "#000000", "highs": "#1F77B4", "cbc": "#FF7F0E"}
 # The anytime searches often tie with the optimum: dashes keep every curve visible.
 _METHOD_LINES = {"lns": (0, (5, 2)), "blocks": "-.", "auto": (0, (1, 1.5))}
 _extra: dict[str, int] = {}
@@ -71,6 +72,8 @@ def method_style(label: str) -> dict:
             _BACKEND_LINES.get(backend, "-.") if backend else _METHOD_LINES.get(method, "-")
         ),
     }
+    if backend is not None:
+        style["color"] = _BACKEND_COLORS.get(backend, style["color"])
     if method == GREEDY:
         style["linewidth"] = 2.2
     return style
@@ -335,7 +338,11 @@ def _time_panel(ax: Axes, rs: Sequence[Result]) -> None:
         )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.xaxis.set_major_locator(LogLocator(base=2))
+    lengths = sorted({r.n_layers for r in rs})
+    if len(lengths) <= 6:
+        ax.set_xticks(lengths)
+    else:
+        ax.xaxis.set_major_locator(LogLocator(base=2))
     ax.xaxis.set_major_formatter(ScalarFormatter())
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("layers L (log scale)")
@@ -440,11 +447,11 @@ def robustness_figure(rows: Sequence[dict], advantage: Sequence[dict]) -> Figure
     right.set_ylim(-0.6, len(rivals) - 0.4)
     right.axvline(100, color="#333333", linewidth=0.8)
     right.axvline(0, color=_COLORS[1], linewidth=0.8, linestyle="--")
-    right.set_xlabel("nominal advantage kept on noisy profiles (%; <0: the rival is faster)")
+    hatched = f"; hatched: {scenarios[1]}" if len(scenarios) > 1 else ""
+    right.set_xlabel(f"share of the nominal advantage kept (%)\nboxes: quartiles{hatched}")
     right.grid(axis="x", alpha=0.3)
     right.set_title(
-        f"How much of {leader or 'the leader'}'s advantage survives the noise "
-        "(boxes: quartiles; legend as left)",
+        f"How much of {leader or 'the leader'}'s advantage survives the noise",
         fontsize="medium",
     )
     return fig

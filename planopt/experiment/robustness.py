@@ -29,7 +29,7 @@ from planopt.plan import Plan
 from planopt.profile import Device, Layer, Profile
 from planopt.simulate import Scorer
 
-SIZE_SENSITIVE_MIN_SHARE = 0.01  # advantages below 1% of T are noise, not advantages
+MIN_ADVANTAGE = 0.01  # advantages below 1% of T are noise, not advantages
 
 
 @dataclass(frozen=True)
@@ -212,7 +212,7 @@ def advantage_rows(
             if method == leader:
                 continue
             nominal = other["nominal_makespan_s"] / lead["nominal_makespan_s"] - 1
-            if nominal < SIZE_SENSITIVE_MIN_SHARE:
+            if nominal < MIN_ADVANTAGE:
                 continue  # no nominal advantage to keep
             noisy = other["makespan_s"] / lead["makespan_s"] - 1
             out.append(
