@@ -45,6 +45,7 @@ def solve_cpsat(
     seed: int,
     hint: list[int] | None,
     objective_at_most: int | None = None,
+    relative_gap: float = 0.0,
 ) -> BackendResult:
     m = form.model
     model = cp_model.CpModel()
@@ -127,6 +128,7 @@ def solve_cpsat(
         "max_time_in_seconds": None if time_limit is None else max(0.01, time_limit),
         "num_workers": max(1, threads),
         "random_seed": seed,
+        "relative_gap_limit": relative_gap,
     }
     code, values, objective, bound = run_isolated(model, xs, params)
     if code == cp_model.OPTIMAL:
@@ -151,6 +153,7 @@ def _solve_here(model: cp_model.CpModel, xs: list, params: dict, attempt: dict):
         p.max_time_in_seconds = params["max_time_in_seconds"]
     p.num_workers = params["num_workers"]
     p.random_seed = params["random_seed"]
+    p.relative_gap_limit = params.get("relative_gap_limit", 0.0)
     # NOTE: interleaved search would make multi-worker runs reproducible, but
     # it was 100x slower on our models (and aborted with hints in 9.13+), so
     # the exact method gets reproducibility another way (see solvers.exact).

@@ -92,8 +92,18 @@ class Incumbent:
     with `restore` unless the search it starts ends better than the snapshot.
     """
 
-    def __init__(self, problem: Problem, plan: Plan, *, max_evals: int | None = None) -> None:
+    def __init__(
+        self,
+        problem: Problem,
+        plan: Plan,
+        *,
+        max_evals: int | None = None,
+        target: float | None = None,
+        patience: float | None = None,
+    ) -> None:
         self.problem = problem
+        self.target = target  # stop once a fitting plan is this fast (a known lower bound)
+        self.patience = patience  # stop after this many seconds without a new best plan
         # NOTE: without a time limit the search still stops: converged, or
         # after DEFAULT_SECONDS (an anytime method needs some end).
         self.deadline = (
@@ -109,6 +119,8 @@ class Incumbent:
         self.windows = 0
         self.max_evals = max_evals
         self.key = self._score()
+        self.best_key = self.key
+        self.improved_at = time.monotonic()
 
     # -- scoring ----------------------------------------------------------------
 
@@ -133,6 +145,10 @@ class Incumbent:
 
     def out_of_work(self) -> bool:
         if self.max_evals is not None and self.evals >= self.max_evals:
+            return True
+        if self.target is not None and self.key[0] == 0 and self.key[1] <= self.target:
+            return True
+        if self.patience is not None and time.monotonic() - self.improved_at > self.patience:
             return True
         return time.monotonic() >= self.deadline
 
@@ -195,6 +211,12 @@ class Incumbent:
         _, need = self._apply(changes)
         self.need = need
         self.key = key
+        self._note_best()
+
+    def _note_best(self) -> None:
+        if self.better(self.key, self.best_key):
+            self.best_key = self.key
+            self.improved_at = time.monotonic()
 
     def force(self, changes: Sequence[Change]) -> None:
         """Make `changes` whatever they cost (a kick); `snapshot`/`restore` undo it."""
@@ -223,6 +245,7 @@ class Incumbent:
         self.wait = list(plan.swap_wait)
         self.need = need_indices(self.actions)
         self.key = key
+        self._note_best()
         return True
 
 

@@ -207,11 +207,14 @@ def _run(form: Formulation, solver, hint, *, log_bound: bool = False) -> Backend
     )
 
 
-def solve_cbc(form: Formulation, *, time_limit, threads: int, seed: int, hint) -> BackendResult:
+def solve_cbc(
+    form: Formulation, *, time_limit, threads: int, seed: int, hint, relative_gap: float = 0.0
+) -> BackendResult:
     with tempfile.TemporaryDirectory() as tmp:
         log = os.path.join(tmp, "cbc.log")
         solver = pulp.PULP_CBC_CMD(
             msg=False,
+            gapRel=relative_gap,
             timeLimit=time_limit,
             threads=threads,
             warmStart=hint is not None,
@@ -236,9 +239,11 @@ def solve_cbc(form: Formulation, *, time_limit, threads: int, seed: int, hint) -
         return result
 
 
-def solve_highs(form: Formulation, *, time_limit, threads: int, seed: int, hint) -> BackendResult:
+def solve_highs(
+    form: Formulation, *, time_limit, threads: int, seed: int, hint, relative_gap: float = 0.0
+) -> BackendResult:
     solver = pulp.HiGHS(
-        gapRel=0.0,
+        gapRel=relative_gap,
         msg=False,
         timeLimit=time_limit,
         threads=threads,
@@ -249,15 +254,28 @@ def solve_highs(form: Formulation, *, time_limit, threads: int, seed: int, hint)
     return _run(form, solver, hint)
 
 
-def solve_gurobi(form: Formulation, *, time_limit, threads: int, seed: int, hint) -> BackendResult:
+def solve_gurobi(
+    form: Formulation, *, time_limit, threads: int, seed: int, hint, relative_gap: float = 0.0
+) -> BackendResult:
     solver = pulp.GUROBI(
-        msg=False, timeLimit=time_limit, warmStart=hint is not None, Threads=threads, Seed=seed
+        msg=False,
+        gapRel=relative_gap,
+        timeLimit=time_limit,
+        warmStart=hint is not None,
+        Threads=threads,
+        Seed=seed,
     )
     return _run(form, solver, hint)
 
 
-def solve_cplex(form: Formulation, *, time_limit, threads: int, seed: int, hint) -> BackendResult:
+def solve_cplex(
+    form: Formulation, *, time_limit, threads: int, seed: int, hint, relative_gap: float = 0.0
+) -> BackendResult:
     solver = pulp.CPLEX_PY(
-        msg=False, timeLimit=time_limit, warmStart=hint is not None, threads=threads
+        msg=False,
+        gapRel=relative_gap,
+        timeLimit=time_limit,
+        warmStart=hint is not None,
+        threads=threads,
     )
     return _run(form, solver, hint)

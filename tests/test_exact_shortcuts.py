@@ -1,0 +1,115 @@
+"""The exact method's short cuts: the relaxation bound, the polish and the objective floor.
+
+Each one may end a solve early with status `optimal`; these tests check the
+optimum they claim against a full search that does not take them.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import planopt
+from planopt import Status
+from planopt.budget import keep_all_peak
+from planopt.problem import Problem
+from solvers import exact
+from solvers.lns import Incumbent, layer_phases, search
+from solvers.relaxation import relaxation_bound
+
+REL = 1e-6
+
+
+def _budget(profile, r=0.4):
+    """`r` of the way from the minimum budget to keep-all's peak."""
+    low = planopt.min_budget(profile)
+    return low + r * (keep_all_peak(profile) - low)
+
+
+def _plain_exact(profile, budget, monkeypatch, **kwargs):
+    """The exact method without the relaxation bound and the polish."""
+    with monkeypatch.context() as patch:
+        patch.setattr(exact, "_relaxation_bound", lambda problem: None)
+        patch.setattr(exact, "POLISH_FROM_LAYERS", 10**9)
+        return planopt.solve(profile, budget, "exact", **kwargs)
+
+
+def test_swap_traffic_rows_tighten_the_bound_yet_stay_below_the_optimum(monkeypatch):
+    # The copy engines' speed decides how much a swap frees in time; on this
+    # chain the bound meets the optimum (7.85% over T_ideal) with the traffic
+    # rows and sits at T_ideal without them.
+    profile = planopt.random_chain(10, seed=2, family="transformer")
+    budget = _budget(profile)
+    optimum = _plain_exact(profile, budget, monkeypatch, time_limit=60)
+    assert optimum.status is Status.OPTIMAL
+    bound = relaxation_bound(profile, budget, time_limit=30)
+    assert bound <= optimum.makespan * (1 + 1e-9)
+    assert bound >= optimum.makespan / 1.01
+
+
+@pytest.mark.parametrize("family", ["uniform", "cnn", "transformer"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_shortcuts_agree_with_a_search_without_them(family, seed, monkeypatch):
+    profile = planopt.random_chain(10, seed=seed, family=family)
+    budget = _budget(profile)
+    monkeypatch.setattr(exact, "POLISH_FROM_LAYERS", 1)  # polish these small nets too
+    fast = planopt.solve(profile, budget, "exact", time_limit=60)
+    plain = _plain_exact(profile, budget, monkeypatch, time_limit=60)
+    assert fast.status is Status.OPTIMAL and plain.status is Status.OPTIMAL
+    assert fast.makespan == pytest.approx(plain.makespan, rel=REL)
+    assert fast.lower_bound <= plain.makespan * (1 + REL)
+
+
+def test_a_warm_start_meeting_the_bound_ends_the_solve_without_a_search(monkeypatch):
+    # The relaxation's bound meets this chain's optimum (see above).
+    profile = planopt.random_chain(10, seed=2, family="transformer")
+    budget = _budget(profile)
+    first = planopt.solve(profile, budget, "exact", time_limit=60)
+    assert first.status is Status.OPTIMAL
+
+    def no_backend(*args, **kwargs):
+        raise AssertionError("the back-end should not run")
+
+    monkeypatch.setattr(exact, "backend_function", lambda name: no_backend)
+    again = planopt.solve(profile, budget, "exact", warm_start=first.plan)
+    assert again.status is Status.OPTIMAL
+    assert again.makespan == pytest.approx(first.makespan, rel=REL)
+    assert "without a search" in again.message
+
+
+def test_the_objective_floor_never_cuts_off_the_optimum():
+    # The floor is the bound less every rounding error: a floor at the optimum
+    # itself must leave the optimal plan feasible in the model.
+    profile = planopt.random_chain(4, seed=4, family="uniform")
+    budget = _budget(profile)
+    optimum = planopt.solve(profile, budget, "brute-force", time_limit=120)
+    assert optimum.status is Status.OPTIMAL
+    problem = Problem(profile, budget, planopt.min_budget(profile))
+    form = exact.build(profile, budget)
+    exact._add_objective_floor(form, optimum.makespan)
+    from solvers.cpsat import solve_cpsat
+    from solvers.formulation import evaluate
+
+    hint = evaluate(form, form.decisions(optimum.plan))
+    result = solve_cpsat(form, time_limit=60, threads=1, seed=0, hint=hint)
+    assert result.status == "optimal"
+    plan = form.decode(lambda v: result.values[v])
+    assert problem.scorer.score_plan(plan)[0] == pytest.approx(optimum.makespan, rel=REL)
+
+
+def test_search_stops_at_its_target_and_after_its_patience():
+    profile = planopt.random_chain(40, seed=2, family="mixed")
+    budget = planopt.budget_from_fraction(profile, 0.5)
+    greedy = planopt.solve(profile, budget, "greedy")
+    far = Problem(profile, budget, planopt.min_budget(profile), deadline=time.monotonic() + 60)
+
+    at_start = Incumbent(far, greedy.plan, target=greedy.makespan)
+    assert at_start.out_of_work()  # the start already meets the target
+
+    patient = Incumbent(far, greedy.plan, patience=0.5)
+    began = time.monotonic()
+    search(patient, layer_phases(len(profile), 8, 2.0))
+    # It stops within one window solve of running out of patience, long before the deadline.
+    assert time.monotonic() - began < 0.5 + 2.0 + 5.0
+    assert patient.makespan <= greedy.makespan
