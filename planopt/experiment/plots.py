@@ -217,11 +217,13 @@ def gap_distribution(gap_rows: Sequence[dict]) -> Figure:
             ys = [(k + 1) / len(gaps) for k in range(len(found))]
             style = method_style(method)
             style.pop("marker")
-            median = statistics.median(found) if len(found) * 2 > len(gaps) else None
-            note = f"median {median:.1f}%" if median is not None else "median: no plan"
             missing = len(gaps) - len(found)
-            if missing:
-                note += f", no plan {missing}"
+            if len(found) * 2 > len(gaps):  # the median instance has a plan
+                note = f"median {statistics.median(found):.1f}%"
+                if missing:
+                    note += f", no plan on {missing}"
+            else:
+                note = f"no plan on {missing} of {len(gaps)}"
             ax.step(
                 [0, *found],
                 [0, *ys],
