@@ -578,10 +578,11 @@ def greedy_start(problem: Problem, share: float = 0.5) -> tuple[Start | None, So
     the biggest nets it would take it all (GPT-96 at 30%: 5.9 s), and the
     search improves a partly-improved greedy plan faster than the greedy
     finishes. Such a plan still fits the budget (the greedy keeps it fitting
-    at every step); the message says the greedy was stopped. The better of
-    it and the minimum-memory plan (which fits every budget >= min_budget
-    when every time is positive) is the start.
+    at every step); the message says the greedy was stopped. The best of it,
+    sqrt-n's plan and the minimum-memory plan (which fits every budget >=
+    min_budget when every time is positive) is the start.
     """
+    from solvers.baselines import sqrt_n
     from solvers.pooch import pooch
 
     left = problem.time_left()
@@ -597,6 +598,12 @@ def greedy_start(problem: Problem, share: float = 0.5) -> tuple[Start | None, So
         )
     fallback = min_memory_plan(problem.profile)
     candidates.append(Start(fallback, "minimum-memory plan"))
+    # NOTE: on 1,252 layers under load the greedy did not finish in its share
+    # of a 4.5 s limit and its partial plan was 267% over T_ideal; sqrt-n
+    # (0.1 s there) bounds how bad the start can be.
+    chen = sqrt_n(problem).plan
+    if chen is not None:
+        candidates.append(Start(chen, "sqrt-n plan"))
     best: tuple[float, Start] | None = None
     for cand in candidates:
         makespan, peak = problem.scorer.score_plan(cand.plan)
