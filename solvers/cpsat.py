@@ -153,7 +153,7 @@ def _solve_here(model: cp_model.CpModel, xs: list, params: dict, attempt: dict):
         p.max_time_in_seconds = params["max_time_in_seconds"]
     p.num_workers = params["num_workers"]
     p.random_seed = params["random_seed"]
-    p.relative_gap_limit = params.get("relative_gap_limit", 0.0)
+    p.relative_gap_limit = params["relative_gap_limit"]
     # NOTE: interleaved search would make multi-worker runs reproducible, but
     # it was 100x slower on our models (and aborted with hints in 9.13+), so
     # the exact method gets reproducibility another way (see solvers.exact).

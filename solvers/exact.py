@@ -147,26 +147,20 @@ def solve_exact(
     # NOTE: a relaxation that fits nothing is not taken as proof of
     # infeasibility here (the back-end proves that exactly); it gives no floor.
     relaxed = _relaxation_bound(problem) or t_ideal
-    if incumbent is not None and incumbent[0] <= relaxed * (1 + OPTIMALITY_GAP):
-        return SolverOutput(
-            incumbent[1],
-            Status.OPTIMAL,
-            min(relaxed, incumbent[0]),
-            message="a warm start meets the relaxation's lower bound: optimal without a search",
-        )
-
     target = relaxed * (1 + OPTIMALITY_GAP)
-    if incumbent is not None and set(actions) == set(ALL_ACTIONS) and with_swap_wait:
-        incumbent = _polish(problem, incumbent, target)
+    if incumbent is not None:
+        source, searched = "a warm start", "a search"
+        if incumbent[0] > target and set(actions) == set(ALL_ACTIONS) and with_swap_wait:
+            polished = _polish(problem, incumbent, target)
+            if polished is not incumbent:
+                incumbent = polished
+                source, searched = "the large-neighbourhood search's plan", "a full search"
         if incumbent[0] <= target:
             return SolverOutput(
                 incumbent[1],
                 Status.OPTIMAL,
                 min(relaxed, incumbent[0]),
-                message=(
-                    "the large-neighbourhood search's plan meets the relaxation's lower bound: "
-                    "optimal without a full search"
-                ),
+                message=f"{source} meets the relaxation's lower bound: optimal without {searched}",
             )
 
     form = build(problem.profile, problem.budget, actions=actions, with_swap_wait=with_swap_wait)
@@ -334,11 +328,9 @@ def _relaxation_bound(problem: Problem) -> float | None:
     optimal at once, and as a floor on the model's objective it lets the
     back-end stop as soon as it finds a plan that meets it.
     """
-    from solvers.relaxation import relaxation_bound
+    from solvers.lns import relaxation_lower_bound
 
-    left = problem.time_left()
-    limit = RELAXATION_TIME if left is None else min(RELAXATION_TIME, RELAXATION_SHARE * left)
-    return relaxation_bound(problem.profile, problem.budget, time_limit=max(limit, 0.05))
+    return relaxation_lower_bound(problem, RELAXATION_SHARE, cap=RELAXATION_TIME, relax=False)
 
 
 def _add_objective_floor(form: Formulation, seconds: float) -> None:

@@ -612,14 +612,19 @@ def greedy_start(problem: Problem, share: float = 0.5) -> tuple[Start | None, So
     return (None if best is None else best[1]), out
 
 
-def relaxation_lower_bound(problem: Problem, share: float = 0.1) -> float | None:
-    """The LP relaxation's bound (`planopt.lower_bound(..., relax=True)`), given at most
-    `share` of the time left (T_ideal when it does not finish in time)."""
+def relaxation_lower_bound(
+    problem: Problem, share: float = 0.1, *, cap: float | None = None, relax: bool = True
+) -> float | None:
+    """The relaxation's bound (`planopt.lower_bound`, as an LP by default), given at
+    most `share` of the time left and at most `cap` seconds (T_ideal when the LP
+    does not finish in time; a MIP cut short gives its proven bound)."""
     from solvers.relaxation import relaxation_bound
 
     left = problem.time_left()
     limit = None if left is None else max(0.05, share * left)
-    return relaxation_bound(problem.profile, problem.budget, time_limit=limit, relax=True)
+    if cap is not None:
+        limit = cap if limit is None else max(0.05, min(limit, cap))
+    return relaxation_bound(problem.profile, problem.budget, time_limit=limit, relax=relax)
 
 
 def check_options(

@@ -130,13 +130,11 @@ def relaxation_bound(
             prev = s[i - 1] if i else 0
             below = kept_below[i - 1] if i else 0
             held = _still_held(
-                prob, f"R{i}", i, swapped_below, i - 1, out_rate, _fwd_gap(f_end, stall, i)
+                prob, f"R{i}", swapped_below, i - 1, out_rate, _fwd_gap(f_end, stall, i)
             )
             prob += below + held + prev + s[i] + layer.fwd_work_bytes / m_unit <= cap
         if layer.bwd > 0:
-            held = _still_held(
-                prob, f"Q{i}", i, swapped_below, i, in_rate, _bwd_gap(b_upto, extra, i)
-            )
+            held = _still_held(prob, f"Q{i}", swapped_below, i, in_rate, _bwd_gap(b_upto, extra, i))
             prob += kept_below[i] + held + s[i] + layer.bwd_work_bytes / m_unit <= cap
 
     solve_with_highs(prob, timeLimit=time_limit, threads=threads)
@@ -181,7 +179,7 @@ _NEAR = 8
 _FULL_WINDOWS_UP_TO = 256
 
 
-def _still_held(prob, name: str, i: int, swapped_below, top: int, rate: float, gap) -> object:
+def _still_held(prob, name: str, swapped_below, top: int, rate: float, gap) -> object:
     """A variable at most the swapped bytes of layers below `top` still on the device,
     given that the copy engine moves `rate` per time unit over `gap(k)`."""
     if top <= 0 or not math.isfinite(rate):

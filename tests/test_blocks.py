@@ -53,14 +53,18 @@ def _noisy(profile, noise: float, seed: int):
 # -- detection -------------------------------------------------------------------------
 
 
-@settings(max_examples=60, deadline=None)
-@given(
+# A planted net: `repeats` copies of a `period`-layer block between `pre` and `post` layers.
+PLANTED = dict(
     seed=st.integers(0, 10_000),
     period=st.integers(1, 6),
     repeats=st.integers(2, 8),
     pre=st.integers(0, 3),
     post=st.integers(0, 3),
 )
+
+
+@settings(max_examples=60, deadline=None)
+@given(**PLANTED)
 def test_finds_the_planted_period_from_signatures(seed, period, repeats, pre, post):
     profile = _planted(seed, period, repeats, pre, post, signatures=True)
     found = find_blocks(profile)
@@ -70,14 +74,7 @@ def test_finds_the_planted_period_from_signatures(seed, period, repeats, pre, po
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    seed=st.integers(0, 10_000),
-    period=st.integers(1, 6),
-    repeats=st.integers(2, 8),
-    pre=st.integers(0, 3),
-    post=st.integers(0, 3),
-    noise=st.sampled_from([0.0, 0.01, 0.02]),
-)
+@given(**PLANTED, noise=st.sampled_from([0.0, 0.01, 0.02]))
 def test_finds_the_planted_period_from_numbers_under_noise(seed, period, repeats, pre, post, noise):
     if period * repeats < 4:
         return  # numbers alone need 4 layers of evidence (see planopt.blocks)
