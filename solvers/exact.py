@@ -41,13 +41,21 @@ RELAXATION_TIME = 5.0
 # on 32-layer chains its improvements came within 2 s or (rarely) not at all.
 POLISH_FROM_LAYERS = 16
 POLISH_SHARE = 0.15
-POLISH_TIME = 10.0
+POLISH_TIME = 3.0
 POLISH_WINDOW = 8
 POLISH_WINDOW_SECONDS = 2.0
-POLISH_PATIENCE = 5.0  # seconds without a better plan before the polish gives up
+# NOTE: the polish pays where it meets the relaxation's bound at once (often
+# in 0.05 s); on the 32-layer chains it did not, 5 s of patience bought
+# nothing that CP-SAT (with its own LNS workers) did not find anyway.
+POLISH_PATIENCE = 1.0  # seconds without a better plan before the polish gives up
 # CP-SAT restarts (see `_cpsat_with_restarts`): the first slice, doubling after.
 RESTART_FIRST_SLICE = 1.0
+RESTART_SLICE_AT_32 = 8.0  # the first slice at L = 32 (scaled with L^2, see `first_slice`)
+RESTART_SLICE_MAX = 30.0
 RESTART_MAX_SLICES = 12
+# The single-threaded re-derivation of a proven optimum (`_canonical`) gets at
+# most this long: it usually takes about 1 s, but once took 46 s at L = 32.
+CANONICAL_TIME = 5.0
 
 # backend name -> (module that must be importable, "module:function")
 BACKENDS: dict[str, tuple[str, str]] = {
@@ -148,9 +156,10 @@ def solve_exact(
     # infeasibility here (the back-end proves that exactly); it gives no floor.
     relaxed = _relaxation_bound(problem) or t_ideal
     target = relaxed * (1 + OPTIMALITY_GAP)
+    polish = set(actions) == set(ALL_ACTIONS) and with_swap_wait
     if incumbent is not None:
         source, searched = "a warm start", "a search"
-        if incumbent[0] > target and set(actions) == set(ALL_ACTIONS) and with_swap_wait:
+        if incumbent[0] > target and polish:
             polished = _polish(problem, incumbent, target)
             if polished is not incumbent:
                 incumbent = polished
@@ -238,9 +247,11 @@ def _canonical(problem: Problem, form: Formulation, result, hint, note: str):
     """
     from solvers.cpsat import solve_cpsat
 
+    left = problem.time_left()
+    cap = CANONICAL_TIME if left is None else min(left, CANONICAL_TIME)
     again = solve_cpsat(
         form,
-        time_limit=problem.time_left(),
+        time_limit=cap,
         threads=1,
         seed=problem.seed,
         hint=hint,
@@ -252,23 +263,33 @@ def _canonical(problem: Problem, form: Formulation, result, hint, note: str):
     return BackendResult("optimal", again.values, result.objective, result.bound), note
 
 
+def first_slice(n: int) -> float:
+    """The first CP-SAT slice for a chain of `n` layers (seconds)."""
+    return min(RESTART_SLICE_MAX, max(RESTART_FIRST_SLICE, RESTART_SLICE_AT_32 * (n / 32) ** 2))
+
+
 def _cpsat_with_restarts(
     problem: Problem, form: Formulation, threads: int, hint: list[int] | None
 ) -> BackendResult:
-    """CP-SAT in time slices that double, each with the next seed and the best plan as hint.
+    """CP-SAT in time slices that double, each with the next seed, the best plan as
+    hint and the best proven bound as a floor.
 
     NOTE: with two workers CP-SAT's time to prove an optimum is heavy-tailed in
     the seed: one 10-layer chain proved in 0.19 s with seeds 1 and 2 and not in
     20 s with seeds 0 and 3, whichever the hint. Restarts cap the time lost
-    to an unlucky seed; every slice's bound is a proven bound, so the best is
-    kept. The slices (and so the result) depend only on `problem.seed` and the
+    to an unlucky seed, but each restart also throws the search's progress
+    away: five hard 32-layer chains took 3-13 s to prove in one run and 13-31
+    s in slices of 2, 4, 8, 16 s. So the first slice grows with the model
+    (O(L^2) variables, `first_slice`). Every slice's bound is a proven bound of
+    the model; it is kept and added as a floor on the objective for the next.
+    The slices (and so the result) depend only on `problem.seed` and the
     clock, like any time-limited solve.
     """
     from solvers.cpsat import solve_cpsat
 
     best: BackendResult | None = None
     bound: float | None = None
-    slice_seconds = RESTART_FIRST_SLICE
+    slice_seconds = first_slice(problem.n)
     for attempt in range(RESTART_MAX_SLICES):
         left = problem.time_left()
         last = attempt == RESTART_MAX_SLICES - 1 or (left is not None and left <= 2 * slice_seconds)
@@ -283,8 +304,11 @@ def _cpsat_with_restarts(
         )
         if result.status in ("optimal", "infeasible"):
             return result
-        if result.bound is not None:
-            bound = result.bound if bound is None else max(bound, result.bound)
+        if result.bound is not None and (bound is None or result.bound > bound):
+            bound = result.bound
+            form.model.add(
+                Linear(var(form.model.objective), math.ceil(bound - 1e-6), None, in_ticks=True)
+            )
         if result.values is not None and (best is None or result.objective < best.objective):
             best = result
             hint = result.values

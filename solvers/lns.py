@@ -69,6 +69,8 @@ Key = tuple[int, float]  # (0, makespan) when the plan fits the budget, else (1,
 _IMPROVEMENT = 1e-9
 # The search's time when the problem has no limit (it stops earlier when converged).
 DEFAULT_SECONDS = 60.0
+# What the LP relaxation takes to build and solve, per layer (GPT-48/96 measured).
+LP_SECONDS_PER_LAYER = 3e-3
 # Prefetch leads tried for a swapped group (and the current lead +- 1).
 LEAD_LADDER = (0, 1, 2, 3, 5, 8, 13, 21, 34, 55)
 
@@ -624,6 +626,11 @@ def relaxation_lower_bound(
     limit = None if left is None else max(0.05, share * left)
     if cap is not None:
         limit = cap if limit is None else max(0.05, min(limit, cap))
+    if relax and limit is not None and limit < LP_SECONDS_PER_LAYER * problem.n:
+        # NOTE: building the LP takes ~3 ms a layer whatever its time limit
+        # (GPT-96, 1,252 layers: 3.8 s to the bound); a share that cannot
+        # cover it gave only T_ideal and starved the search. Say T_ideal at once.
+        return problem.profile.t_ideal
     return relaxation_bound(problem.profile, problem.budget, time_limit=limit, relax=relax)
 
 

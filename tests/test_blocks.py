@@ -11,6 +11,7 @@ returns is replayed in the simulator at the requested budget.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import random
 
 import pytest
@@ -21,7 +22,7 @@ import planopt
 from planopt import Layer, Status, find_blocks, random_chain, repeated_chain
 from planopt.blocks import BlockStructure, Repeat
 from planopt.errors import InvalidProfileError, SolverOptionError
-from solvers.blocks import block_front, block_level, copy_classes
+from solvers.blocks import BlockOption, block_front, block_level, compose, copy_classes, lower_hull
 
 
 def _planted(seed: int, period: int, repeats: int, pre: int, post: int, *, signatures: bool):
@@ -178,6 +179,57 @@ def test_block_front_is_a_front():
     assert front[0].kept == 0 and front[-1].seconds == 0.0
     total = sum(profile.layers[i].saved_bytes for i in rep.copy(0))
     assert all(0 <= opt.kept <= total for opt in front)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    points=st.lists(
+        st.tuples(st.integers(0, 50), st.integers(0, 50)), min_size=1, max_size=25, unique=True
+    )
+)
+def test_lower_hull_is_the_convex_lower_envelope_of_the_front(points):
+    front = [BlockOption((), kept, float(seconds)) for kept, seconds in points]
+    hull = lower_hull(front)
+    assert hull and all(h in front for h in hull)
+    kept = [h.kept for h in hull]
+    seconds = [h.seconds for h in hull]
+    assert kept == sorted(set(kept)) and seconds == sorted(seconds, reverse=True)
+    assert len(set(seconds)) == len(seconds)
+    for a, b, c in zip(hull, hull[1:], hull[2:], strict=False):  # strictly convex turns
+        left = (b.seconds - a.seconds) * (c.kept - a.kept)
+        assert left < (c.seconds - a.seconds) * (b.kept - a.kept)
+
+    def envelope(x: float) -> float:  # the hull as a function of kept bytes
+        if x >= hull[-1].kept:
+            return hull[-1].seconds
+        for a, b in itertools.pairwise(hull):
+            if a.kept <= x <= b.kept:
+                return a.seconds + (b.seconds - a.seconds) * (x - a.kept) / (b.kept - a.kept)
+        return float("inf")  # below the least kept: no option fits
+
+    assert all(opt.seconds >= envelope(opt.kept) - 1e-9 for opt in front)
+
+
+@pytest.mark.parametrize("fraction", [0.7, 0.5, 0.3])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_composition_never_loses_and_keeps_the_plan_fitting(seed, fraction):
+    from planopt.budget import min_memory_plan
+    from planopt.problem import Problem
+    from solvers.lns import Incumbent
+
+    profile = _planted(seed, 3, 8, 1, 2, signatures=True)
+    budget = planopt.budget_from_fraction(profile, fraction)
+    problem = Problem(profile, budget, planopt.min_budget(profile))
+    if budget < problem.min_budget:
+        pytest.skip("below the minimum budget")
+    inc = Incumbent(problem, min_memory_plan(profile))
+    before = inc.key
+    assert inc.feasible
+    improved = compose(inc, find_blocks(profile))
+    assert inc.feasible and not Incumbent.better(before, inc.key)
+    makespan, peak = planopt.Scorer(profile).score_plan(inc.plan())
+    assert peak <= budget and makespan == pytest.approx(inc.makespan, rel=1e-12)
+    assert improved == Incumbent.better(inc.key, before)
 
 
 # -- the decomposed planner -------------------------------------------------------------

@@ -73,3 +73,27 @@ def test_no_bound_below_the_minimum_budget():
     assert planopt.lower_bound(profile, planopt.min_budget(profile) - 1) is None
     with pytest.raises(planopt.SolverOptionError):
         planopt.lower_bound(profile, "50%", time_limit=0)
+
+
+def test_an_lp_stopped_by_its_time_limit_gives_no_bound_beyond_t_ideal(monkeypatch):
+    # PuLP reports a HiGHS LP cut short by its time limit as "Optimal" with
+    # solution status "integer feasible"; that objective is a primal value of
+    # an unfinished simplex, not a bound (it once sat 8 points above a
+    # feasible plan on GPT-48). Simulate that report on a finished solve.
+    import pulp
+
+    from solvers import relaxation
+
+    real = relaxation.solve_with_highs
+
+    def stopped_by_the_clock(prob, **options):
+        solver = real(prob, **options)
+        prob.sol_status = pulp.LpSolutionIntegerFeasible
+        return solver
+
+    profile = planopt.random_chain(12, seed=0, family="transformer")
+    budget = planopt.budget_from_fraction(profile, 0.5)
+    finished = relaxation.relaxation_bound(profile, budget, relax=True)
+    assert finished > profile.t_ideal  # the LP's bound says something here
+    monkeypatch.setattr(relaxation, "solve_with_highs", stopped_by_the_clock)
+    assert relaxation.relaxation_bound(profile, budget, relax=True) == profile.t_ideal
