@@ -402,36 +402,37 @@ def compose(inc: Incumbent, structure: BlockStructure) -> bool:
     """The composition over blocks: for each repeat, every copy takes a point of the
     block's front, split between two adjacent hull points (the bottom `m`
     copies the one that keeps less), with `m` the smallest that fits by
-    binary search; the best split over hull pairs and prefetch leads is
-    taken when it beats the incumbent. Repeats are composed in turn, the
-    others held as they are. O(hull size * log(copies)) simulations a
-    repeat: linear in the number of blocks, whatever the plan it starts from.
+    binary search; the best split over hull pairs (swaps prefetched one block
+    ahead) is taken when it beats the incumbent. Repeats are composed in
+    turn, the others held as they are. O(hull size * log(copies))
+    simulations a repeat: linear in the number of blocks, whatever the plan
+    it starts from.
     """
     improved = False
     for rep in structure.repeats:
         hull = lower_hull(cached_front(inc.problem.profile, rep))
         if not hull:
             continue
+        lead = rep.period
         best: tuple[Key, list[Change]] | None = None
         # m = 0 is all `high`, m = copies all `low`: the uniform options are ends
         pairs = list(itertools.pairwise(hull)) or [(hull[0], hull[0])]
         for low, high in pairs:
-            for lead in (rep.period,):
-                if inc.out_of_work():
-                    break
-                lo, hi = 0, rep.repeats  # find the least m whose plan fits
-                probed: dict[int, Key] = {}
-                while lo < hi:
-                    mid = (lo + hi) // 2
-                    probed[mid] = inc.probe(_mix(rep, low, high, mid, lead))
-                    if probed[mid][0] == 0:
-                        hi = mid
-                    else:
-                        lo = mid + 1
-                key = probed.get(lo) or inc.probe(_mix(rep, low, high, lo, lead))
-                changes = _mix(rep, low, high, lo, lead)
-                if best is None or inc.better(key, best[0]):
-                    best = (key, changes)
+            if inc.out_of_work():
+                break
+            lo, hi = 0, rep.repeats  # find the least m whose plan fits
+            probed: dict[int, Key] = {}
+            while lo < hi:
+                mid = (lo + hi) // 2
+                probed[mid] = inc.probe(_mix(rep, low, high, mid, lead))
+                if probed[mid][0] == 0:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            changes = _mix(rep, low, high, lo, lead)
+            key = probed[lo] if lo in probed else inc.probe(changes)
+            if best is None or inc.better(key, best[0]):
+                best = (key, changes)
         if best is not None and inc.better(best[0], inc.key):
             inc.commit(best[1], best[0])
             improved = True
@@ -446,7 +447,7 @@ def options_phase(structure: BlockStructure, polish: int = 5) -> Phase:
     """Try each front option of every repeated block on its middle copies, and on
     all its copies.
 
-    Every option (with prefetch lead 1 and one block) is replayed on the whole
+    Every option (swaps prefetched one block ahead) is replayed on the whole
     chain; the `polish` most promising (fastest that fit, else smallest peak)
     are then re-optimised by the group search on the copies they changed
     (the middle ones as one class, the first and last copy layer by layer),
@@ -469,20 +470,19 @@ def options_phase(structure: BlockStructure, polish: int = 5) -> Phase:
             tried = []
             for scope, copies in (("middle", range(1, k - 1)), ("all", range(k))):
                 for opt in fronts[idx]:
-                    for lead in (p,):
-                        if inc.out_of_work():
-                            return improved
-                        changes: list[Change] = [
-                            (
-                                rep.start + r * p + o,
-                                opt.actions[o],
-                                lead if opt.actions[o] is SWAP else None,
-                                None,
-                            )
-                            for r in copies
-                            for o in range(p)
-                        ]
-                        tried.append((inc.probe(changes), len(tried), scope, changes))
+                    if inc.out_of_work():
+                        return improved
+                    changes: list[Change] = [
+                        (
+                            rep.start + r * p + o,
+                            opt.actions[o],
+                            p if opt.actions[o] is SWAP else None,  # lead: one block
+                            None,
+                        )
+                        for r in copies
+                        for o in range(p)
+                    ]
+                    tried.append((inc.probe(changes), len(tried), scope, changes))
             tried.sort(key=lambda t: (t[0], t[1]))
             for _, _, scope, changes in tried[:polish]:
                 if inc.out_of_work():

@@ -156,10 +156,9 @@ def solve_exact(
     # infeasibility here (the back-end proves that exactly); it gives no floor.
     relaxed = _relaxation_bound(problem) or t_ideal
     target = relaxed * (1 + OPTIMALITY_GAP)
-    polish = set(actions) == set(ALL_ACTIONS) and with_swap_wait
     if incumbent is not None:
         source, searched = "a warm start", "a search"
-        if incumbent[0] > target and polish:
+        if incumbent[0] > target and set(actions) == set(ALL_ACTIONS) and with_swap_wait:
             polished = _polish(problem, incumbent, target)
             if polished is not incumbent:
                 incumbent = polished
