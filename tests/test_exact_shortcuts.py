@@ -113,3 +113,48 @@ def test_search_stops_at_its_target_and_after_its_patience():
     # It stops within one window solve of running out of patience, long before the deadline.
     assert time.monotonic() - began < 0.5 + 2.0 + 5.0
     assert patient.makespan <= greedy.makespan
+
+
+def _probe_setup(seed: int):
+    """A small chain, its brute-force optimum and a fresh model with the usual floor."""
+    profile = planopt.random_chain(5, seed=seed, family="mixed")
+    budget = _budget(profile)
+    optimum = planopt.solve(profile, budget, "brute-force", time_limit=120)
+    assert optimum.status is Status.OPTIMAL
+    problem = Problem(profile, budget, planopt.min_budget(profile))
+    form = exact.build(profile, budget)
+    return optimum, problem, form
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_a_probe_at_the_optimum_finds_an_optimal_plan(seed):
+    optimum, problem, form = _probe_setup(seed)
+    exact._add_objective_floor(form, optimum.makespan)
+    probed = exact._probe_relaxation_bound(problem, form, 1, None, optimum.makespan)
+    assert isinstance(probed, exact.BackendResult) and probed.status == "optimal"
+    plan = form.decode(lambda v: probed.values[v])
+    makespan, peak = problem.scorer.score_plan(plan)
+    assert problem.fits(peak)
+    assert makespan == pytest.approx(optimum.makespan, rel=REL)
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_a_probe_below_the_optimum_raises_the_floor_and_keeps_the_optimum(seed):
+    from solvers.cpsat import solve_cpsat
+
+    optimum, problem, form = _probe_setup(seed)
+    below = max(problem.profile.t_ideal, optimum.makespan * 0.97)
+    if below >= optimum.makespan * (1 - 1e-3):
+        pytest.skip("the optimum is T_ideal: nothing lies below it")
+    exact._add_objective_floor(form, below)
+    assert exact._probe_relaxation_bound(problem, form, 1, None, below) is None
+    # The probe proved no plan meets `below`: the model's objective now has
+    # a floor above it (the last constraint added)...
+    floor = form.model.constraints[-1]
+    assert isinstance(floor, exact.Linear) and floor.in_ticks
+    assert form.seconds(floor.lo) > below * (1 + exact.OPTIMALITY_GAP)
+    # ...which leaves the optimum in the model.
+    result = solve_cpsat(form, time_limit=60, threads=1, seed=0, hint=None)
+    assert result.status == "optimal"
+    plan = form.decode(lambda v: result.values[v])
+    assert problem.scorer.score_plan(plan)[0] == pytest.approx(optimum.makespan, rel=REL)
