@@ -33,8 +33,10 @@ and every copy's D2H/H2D backlog is accounted exactly; nothing is composed
 from per-block estimates. What a level cannot represent is copies of one
 class that differ; finer levels remove that, down to per-layer moves. The
 steady-state option model ignores the stack's ends and prefetch timing (the
-replay and the polish handle those). An exact window sees `window` layers
-and prefetch steps up to 16 above it; a longer block is solved in parts.
+replay and the polish handle those). An exact window sees `window` layers,
+prefetch steps up to 16 above it and copy-out waits up to 3 forwards on
+(a window over the whole chain: every wait); a longer block is solved in
+parts.
 Measured cost against the proven optimum on small nets of k copies, and
 the gap to the lower bound on GPT-12..96: experiments/results/bench_blocks.md.
 """

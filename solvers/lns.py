@@ -72,6 +72,9 @@ DEFAULT_SECONDS = 60.0
 # What the LP relaxation takes to build and solve, per layer (GPT-48/96 measured).
 LP_SECONDS_PER_LAYER = 3e-3
 # Prefetch leads tried for a swapped group (and the current lead +- 1).
+# An exact window's swaps may wait for their copy out at any of this many
+# forwards after their own (a window over the whole chain: any forward).
+WINDOW_WAITS = 3
 LEAD_LADDER = (0, 1, 2, 3, 5, 8, 13, 21, 34, 55)
 
 
@@ -350,7 +353,12 @@ class Window:
 
 
 def exact_window(
-    inc: Incumbent, window: Window, *, time_limit: float, reach: int = 16, waits: int = 3
+    inc: Incumbent,
+    window: Window,
+    *,
+    time_limit: float,
+    reach: int = 16,
+    waits: int = WINDOW_WAITS,
 ) -> bool:
     """Re-optimise `window` with the exact whole-chain model; True when the incumbent improved.
 
@@ -520,7 +528,9 @@ def window_phase(
                 limit = min(window_seconds, inc.time_left())
                 if limit <= 0.05:
                     return improved
-                improved |= exact_window(inc, window, time_limit=limit)
+                # A window over the whole chain is the whole plan space: any wait.
+                waits = n if current >= n else WINDOW_WAITS
+                improved |= exact_window(inc, window, time_limit=limit, waits=waits)
             if improved:
                 return True
         return False

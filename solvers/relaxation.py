@@ -126,8 +126,13 @@ def relaxation_bound(
     out_rate = dev.d2h_bandwidth * t_unit / m_unit
     in_rate = dev.h2d_bandwidth * t_unit / m_unit
     for i, layer in enumerate(layers):
-        if layer.fwd > 0:
-            prev = s[i - 1] if i else 0
+        if layer.fwd > 0 and i == 0:
+            # F_0's check has no decision in it: a constant, which PuLP refuses
+            # as a constraint (and compares without tolerance).
+            if s[0] + layer.fwd_work_bytes / m_unit > cap * (1 + 1e-12) + 1e-12:
+                return None
+        elif layer.fwd > 0:
+            prev = s[i - 1]
             below = kept_below[i - 1] if i else 0
             held = _still_held(
                 prob, f"R{i}", swapped_below, i - 1, out_rate, _fwd_gap(f_end, stall, i)

@@ -243,7 +243,7 @@ def _copies_net(seed: int, k: int):
 
 
 @pytest.mark.parametrize("k", [2, 3, 4, 5, 6])
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0, 1, 3])  # seed 3, k = 4: its optimum waits 6 forwards
 def test_blocks_is_within_one_percent_of_the_exact_optimum(seed, k):
     profile = _copies_net(seed, k)
     budget = planopt.budget_from_fraction(profile, 0.5)

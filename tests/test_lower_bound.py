@@ -97,3 +97,26 @@ def test_an_lp_stopped_by_its_time_limit_gives_no_bound_beyond_t_ideal(monkeypat
     assert finished > profile.t_ideal  # the LP's bound says something here
     monkeypatch.setattr(relaxation, "solve_with_highs", stopped_by_the_clock)
     assert relaxation.relaxation_bound(profile, budget, relax=True) == profile.t_ideal
+
+
+@pytest.mark.parametrize("relax", [True, False])
+def test_a_first_layer_at_the_budget_exactly_gives_a_bound_not_a_crash(relax):
+    # Found by hypothesis: F_0's memory check has no decision in it, and at a
+    # budget equal to it the rounded constant compared as False, which PuLP
+    # refused as a constraint ("A False object cannot be passed").
+    from planopt.profile import Device, Layer, Profile
+
+    profile = Profile(
+        "edge",
+        Device("dev", float("inf"), float("inf"), 0.125),
+        0,
+        (Layer("l0", 1 / 8, 1 / 8, 17, 10, 0), Layer("l1", 1 / 8, 1 / 8, 0, 0, 0)),
+    )
+    budget = keep_all_peak(profile)
+    assert budget == planopt.min_budget(profile) == 27
+    bound = planopt.lower_bound(profile, budget, relax=relax)
+    assert bound <= _optimum(profile, budget) * (1 + 1e-9)
+    for method in ("exact", "swap-only", "recompute-only"):
+        assert planopt.solve(profile, budget, method, time_limit=30).status is Status.OPTIMAL
+    # One byte less: nothing fits, and the bound says so without a crash.
+    assert planopt.solve(profile, budget - 1, "exact", time_limit=30).status is Status.INFEASIBLE
