@@ -218,6 +218,8 @@ def solve_exact(
     proven = False
     best = incumbent
     note = f"{backend}: {result.status}{how}"
+    if backend == "cbc" and threads > 1:
+        note += " (CBC runs single-threaded: its parallel search is not trusted)"
     if result.values is not None:
         if result.status == "optimal" and threads > 1 and backend == "cpsat":
             result, note = _canonical(problem, form, result, hint, note)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -293,3 +294,16 @@ def test_redundant_relaxation_cuts_keep_the_optimum(seed):
         makespan, peak = scorer.score_plan(form.decode(lambda v, r=result: r.values[v]))
         assert peak <= budget
         assert makespan == pytest.approx(optimum, rel=REL, abs=1e-12)
+
+
+def test_cbc_is_stopped_at_the_time_limit_even_at_its_root():
+    # CBC checks its own limit only between nodes: on this chain its root ran
+    # 40 s past a 17 s limit before the watchdog (solvers/watchdog.py).
+    profile = planopt.random_chain(32, seed=1000, family="mixed")
+    budget = planopt.budget_from_fraction(profile, 0.5)
+    began = time.monotonic()
+    sol = planopt.solve(profile, budget, "exact", backend="cbc", time_limit=6, threads=2)
+    assert time.monotonic() - began < 6 * 1.1 + 1 + 5  # the margin, plus slack for load
+    assert sol.status in (Status.FEASIBLE, Status.OPTIMAL)  # the warm start at least
+    assert sol.schedule.feasible
+    assert "single-threaded" in sol.message
