@@ -181,11 +181,11 @@ def solve_exact(
     hint = None if incumbent is None else evaluate(form, form.decisions(incumbent[1]))
     how = ""
     if backend == "cpsat":
-        probed = _probe_relaxation_bound(problem, form, threads, hint, relaxed)
-        if isinstance(probed, BackendResult):
-            result, how = probed, " (a plan at the relaxation's bound, objective capped there)"
+        settled, hint = _probe_relaxation_bound(problem, form, threads, hint, relaxed)
+        if settled is not None:
+            result, how = settled, " (a plan at the relaxation's bound, objective capped there)"
         else:
-            result = _cpsat_with_restarts(problem, form, threads, probed)
+            result = _cpsat_with_restarts(problem, form, threads, hint)
     else:
         result = run(
             form,
@@ -276,14 +276,14 @@ def _canonical(problem: Problem, form: Formulation, result, hint, note: str):
 
 def _probe_relaxation_bound(
     problem: Problem, form: Formulation, threads: int, hint: list[int] | None, relaxed: float
-):
+) -> tuple[BackendResult | None, list[int] | None]:
     """Ask CP-SAT for a plan at the relaxation's bound, the objective capped there.
 
-    Returns a BackendResult when the probe settles the problem (a plan at the
-    bound: optimal), else the hint to go on with (a better one when the probe
-    found a plan the re-score put just above the bound). When the probe
-    proves that no plan meets the bound, the floor on the objective in
-    `form` rises past the cap.
+    Returns `(result, hint)`: `result` is an optimal BackendResult when the
+    probe settles the problem (a plan at the bound), else None; `hint` is
+    the hint to go on with (the probe's plan when the re-score put it just
+    above the bound). When the probe proves that no plan meets the bound,
+    the floor on the objective in `form` rises past the cap.
 
     NOTE: on 32-layer chains the relaxation's bound is often the optimum and
     CP-SAT spends its time finding that plan, not proving it. With the
@@ -293,7 +293,7 @@ def _probe_relaxation_bound(
     lost where the bound is weak (30%: 14% over T_ideal against a 0.16% bound).
     """
     if PROBE_TIME <= 0:
-        return hint
+        return None, hint
     from solvers.cpsat import solve_cpsat
 
     target = relaxed * (1 + OPTIMALITY_GAP)
@@ -311,14 +311,14 @@ def _probe_relaxation_bound(
     )
     if result.status == "infeasible":
         form.model.add(Linear(var(form.model.objective), cap + 1, None, in_ticks=True))
-        return hint
+        return None, hint
     if result.values is None:
-        return hint
+        return None, hint
     plan = form.decode(lambda v: result.values[v])
     makespan, peak = problem.scorer.score_plan(plan)
     if problem.fits(peak) and makespan <= target:
-        return BackendResult("optimal", result.values, result.objective, result.objective)
-    return result.values
+        return BackendResult("optimal", result.values, result.objective, result.objective), hint
+    return None, result.values
 
 
 def first_slice(n: int) -> float:

@@ -71,10 +71,10 @@ _IMPROVEMENT = 1e-9
 DEFAULT_SECONDS = 60.0
 # What the LP relaxation takes to build and solve, per layer (GPT-48/96 measured).
 LP_SECONDS_PER_LAYER = 3e-3
-# Prefetch leads tried for a swapped group (and the current lead +- 1).
 # An exact window's swaps may wait for their copy out at any of this many
 # forwards after their own (a window over the whole chain: any forward).
 WINDOW_WAITS = 3
+# Prefetch leads tried for a swapped group (and the current lead +- 1).
 LEAD_LADDER = (0, 1, 2, 3, 5, 8, 13, 21, 34, 55)
 
 

@@ -132,12 +132,12 @@ def relaxation_bound(
             if s[0] + layer.fwd_work_bytes / m_unit > cap * (1 + 1e-12) + 1e-12:
                 return None
         elif layer.fwd > 0:
-            prev = s[i - 1]
-            below = kept_below[i - 1] if i else 0
             held = _still_held(
                 prob, f"R{i}", swapped_below, i - 1, out_rate, _fwd_gap(f_end, stall, i)
             )
-            prob += below + held + prev + s[i] + layer.fwd_work_bytes / m_unit <= cap
+            prob += (
+                kept_below[i - 1] + held + s[i - 1] + s[i] + layer.fwd_work_bytes / m_unit <= cap
+            )
         if layer.bwd > 0:
             held = _still_held(prob, f"Q{i}", swapped_below, i, in_rate, _bwd_gap(b_upto, extra, i))
             prob += kept_below[i] + held + s[i] + layer.bwd_work_bytes / m_unit <= cap

@@ -17,7 +17,7 @@ import os
 import signal
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 
 def children_named(fragment: str, parent: int | None = None) -> list[int]:
@@ -44,30 +44,39 @@ def children_named(fragment: str, parent: int | None = None) -> list[int]:
     return found
 
 
-def _signal_all(fragment: str, sig: int) -> None:
-    for pid in children_named(fragment):
-        with contextlib.suppress(OSError):  # it ended meanwhile
-            os.kill(pid, sig)
+@dataclass
+class Watch:
+    """What the watchdog did: the signals it sent to some child (in order)."""
+
+    sent: list[int] = field(default_factory=list)
+
+    def signal_all(self, fragment: str, sig: int) -> None:
+        for pid in children_named(fragment):
+            with contextlib.suppress(OSError):  # it ended meanwhile
+                os.kill(pid, sig)
+                self.sent.append(sig)
 
 
-@contextmanager
+@contextlib.contextmanager
 def stop_children_after(
     fragment: str, seconds: float | None, kill_after: float = 2.0
-) -> Iterator[None]:
+) -> Iterator[Watch]:
     """Within the block, children named `fragment` get SIGINT after `seconds`, SIGKILL
-    `kill_after` seconds later (None: no watchdog)."""
+    `kill_after` seconds later (None: no watchdog); the Watch says what was sent."""
+    watch = Watch()
     if seconds is None:
-        yield
+        yield watch
         return
+    start = max(0.0, seconds)
     timers = [
-        threading.Timer(max(0.0, seconds), _signal_all, (fragment, signal.SIGINT)),
-        threading.Timer(max(0.0, seconds) + kill_after, _signal_all, (fragment, signal.SIGKILL)),
+        threading.Timer(start, watch.signal_all, (fragment, signal.SIGINT)),
+        threading.Timer(start + kill_after, watch.signal_all, (fragment, signal.SIGKILL)),
     ]
     for timer in timers:
         timer.daemon = True
         timer.start()
     try:
-        yield
+        yield watch
     finally:
         for timer in timers:
             timer.cancel()

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -296,14 +295,34 @@ def test_redundant_relaxation_cuts_keep_the_optimum(seed):
         assert makespan == pytest.approx(optimum, rel=REL, abs=1e-12)
 
 
-def test_cbc_is_stopped_at_the_time_limit_even_at_its_root():
+def test_cbc_is_stopped_at_the_time_limit_even_at_its_root(monkeypatch):
     # CBC checks its own limit only between nodes: on this chain its root ran
     # 40 s past a 17 s limit before the watchdog (solvers/watchdog.py).
+    import contextlib
+    import signal
+
+    from solvers import milp
+    from solvers.watchdog import children_named
+
+    armed = []
+    real = milp.stop_children_after
+
+    @contextlib.contextmanager
+    def recording(fragment, seconds, kill_after):
+        with real(fragment, seconds, kill_after=kill_after) as watch:
+            armed.append((seconds, kill_after, watch))
+            yield watch
+
+    monkeypatch.setattr(milp, "stop_children_after", recording)
     profile = planopt.random_chain(32, seed=1000, family="mixed")
     budget = planopt.budget_from_fraction(profile, 0.5)
-    began = time.monotonic()
     sol = planopt.solve(profile, budget, "exact", backend="cbc", time_limit=6, threads=2)
-    assert time.monotonic() - began < 6 * 1.1 + 1 + 5  # the margin, plus slack for load
+    [(seconds, kill_after, watch)] = armed
+    # Armed within the time left, its SIGKILL within the limit's 10%; it fired.
+    assert 0 < seconds <= 6
+    assert kill_after == milp.cbc_kill_after(seconds) <= 0.05 * 6 + 0.25
+    assert watch.sent and watch.sent[0] == signal.SIGINT
+    assert children_named("cbc") == []
     assert sol.status in (Status.FEASIBLE, Status.OPTIMAL)  # the warm start at least
     assert sol.schedule.feasible
     assert "single-threaded" in sol.message

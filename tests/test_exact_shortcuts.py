@@ -130,8 +130,8 @@ def _probe_setup(seed: int):
 def test_a_probe_at_the_optimum_finds_an_optimal_plan(seed):
     optimum, problem, form = _probe_setup(seed)
     exact._add_objective_floor(form, optimum.makespan)
-    probed = exact._probe_relaxation_bound(problem, form, 1, None, optimum.makespan)
-    assert isinstance(probed, exact.BackendResult) and probed.status == "optimal"
+    probed, _ = exact._probe_relaxation_bound(problem, form, 1, None, optimum.makespan)
+    assert probed is not None and probed.status == "optimal"
     plan = form.decode(lambda v: probed.values[v])
     makespan, peak = problem.scorer.score_plan(plan)
     assert problem.fits(peak)
@@ -147,7 +147,7 @@ def test_a_probe_below_the_optimum_raises_the_floor_and_keeps_the_optimum(seed):
     if below >= optimum.makespan * (1 - 1e-3):
         pytest.skip("the optimum is T_ideal: nothing lies below it")
     exact._add_objective_floor(form, below)
-    assert exact._probe_relaxation_bound(problem, form, 1, None, below) is None
+    assert exact._probe_relaxation_bound(problem, form, 1, None, below) == (None, None)
     # The probe proved no plan meets `below`: the model's objective now has
     # a floor above it (the last constraint added)...
     floor = form.model.constraints[-1]
