@@ -18,6 +18,7 @@ from planopt.problem import Problem
 from planopt.profile import Profile
 from planopt.result import Solution, SolverOutput, Status
 from planopt.simulate import simulate
+from planopt.work import check_work_limit
 
 # A plan within this relative distance of T_ideal is optimal: no plan is faster.
 _IDEAL_TOLERANCE = 1e-12
@@ -50,6 +51,7 @@ def solve(
     method: str = "greedy",
     *,
     time_limit: float | None = None,
+    work_limit: float | None = None,
     seed: int = 0,
     **options,
 ) -> Solution:
@@ -58,11 +60,16 @@ def solve(
     Returns a `Solution` whose schedule comes from the simulator. A budget
     below `min_budget(profile)` gives status `infeasible` with the minimum
     in the message and `Solution.min_budget`, without running the method.
+    `work_limit` (work units, see `planopt.work`) stops a search at the same
+    point on any machine; `time_limit` (seconds) is a wall-clock guard on
+    top. With no binding time limit, the same inputs, seed and work limit
+    give the same plan.
     """
     if not isinstance(profile, Profile):
         raise TypeError(f"profile must be a planopt.Profile, got {type(profile).__name__}")
     bytes_budget = parse_budget(budget, profile)
     limit = check_time_limit(time_limit)
+    work = check_work_limit(work_limit)
     seed = _check_seed(seed)
     spec = registry.get(method)
     fn = spec.load()
@@ -80,6 +87,7 @@ def solve(
             lower_bound=None,
             solve_seconds=0.0,
             min_budget=minimum,
+            work_limit=work,
             message=(
                 f"budget must be at least {minimum} bytes (the minimum any plan needs "
                 f"for {profile.name!r}), got {bytes_budget:.0f}"
@@ -92,6 +100,7 @@ def solve(
         seed=seed,
         time_limit=limit,
         deadline=None if limit is None else started + limit,
+        work_limit=work,
     )
     out: SolverOutput = fn(problem, **options)
     elapsed = time.monotonic() - started
@@ -126,6 +135,8 @@ def _finish(problem: Problem, method: str, out: SolverOutput, elapsed: float) ->
         solve_seconds=elapsed,
         min_budget=problem.min_budget,
         message=message,
+        work_limit=problem.work_limit,
+        work_used=problem.meter.used,
     )
 
 

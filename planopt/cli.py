@@ -193,6 +193,7 @@ def _cmd_solve(args: argparse.Namespace) -> int:
         profile, budget, args.method, time_limit=args.time_limit, seed=args.seed, **options
     )
     fits = _fits(solution)
+    bound_only = solution.status is Status.BOUND
     written = None
     if fits and args.output is not None:
         try:
@@ -207,7 +208,7 @@ def _cmd_solve(args: argparse.Namespace) -> int:
         _dump({"profile": profile.name, **solution.to_dict(), "plan": plan, "output": written})
     else:
         _print_solution(profile, solution, written)
-    if not fits:
+    if not fits and not bound_only:
         _note(solution.status.value, solution.message or "no plan fits the budget")
         return EXIT_NO_FIT
     return EXIT_OK

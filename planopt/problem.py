@@ -1,21 +1,76 @@
-"""The request a solver method receives: profile, budget, limits and a shared scorer."""
+"""The request a solver method receives: profile, budget, limits and a metered scorer."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from functools import cached_property
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
+from planopt.plan import Action, Plan
 from planopt.profile import Profile
-from planopt.simulate import Scorer
+from planopt.simulate import Scorer, Timing
+from planopt.work import SIMULATION_UNITS_PER_LAYER, WorkMeter
+
+
+class MeteredScorer:
+    """`planopt.simulate.Scorer` that charges every simulation to a work meter.
+
+    Methods score candidates through this, so "how much searching was done"
+    is counted, not timed: a search stopped by its work limit stops at the
+    same candidate on any machine. Everything but the scoring calls is the
+    underlying scorer's (the profile's numbers as flat lists).
+    """
+
+    def __init__(self, base: Scorer, meter: WorkMeter) -> None:
+        self.base = base
+        self.meter = meter
+        self.cost = base.n * SIMULATION_UNITS_PER_LAYER
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.base, name)
+
+    def charge(self, simulations: float = 1.0) -> None:
+        """Charge `simulations` whole-chain simulations (for scorers of our own)."""
+        self.meter.charge(simulations * self.cost)
+
+    def timing(
+        self,
+        actions: Sequence[Action],
+        prefetch_at: Sequence[int | None],
+        swap_wait: Sequence[int | None],
+        free_copies: Collection[int] = (),
+    ) -> Timing:
+        self.meter.charge(self.cost)
+        return self.base.timing(actions, prefetch_at, swap_wait, free_copies)
+
+    def score(
+        self, actions, prefetch_at, swap_wait, free_copies: Collection[int] = ()
+    ) -> tuple[float, int]:
+        self.meter.charge(self.cost)
+        return self.base.score(actions, prefetch_at, swap_wait, free_copies)
+
+    def score_plan(self, plan: Plan) -> tuple[float, int]:
+        self.meter.charge(self.cost)
+        return self.base.score_plan(plan)
+
+    def makespan(self, actions, prefetch_at, swap_wait, free_copies: Collection[int] = ()) -> float:
+        return self.score(actions, prefetch_at, swap_wait, free_copies)[0]
+
+    def peak(self, actions, prefetch_at, swap_wait) -> int:
+        return self.score(actions, prefetch_at, swap_wait)[1]
 
 
 @dataclass(frozen=True)
 class Problem:
-    """One solve request. `deadline` is a `time.monotonic()` instant or None.
+    """One solve request.
 
-    Methods read the budget and limits from here, score candidates with
-    `scorer` (the one cost model) and stop when `expired()`.
+    Two limits, either or both: `deadline` (a `time.monotonic()` instant,
+    from the user's `time_limit`) and the work meter (from `work_limit`,
+    see `planopt.work`). Methods score candidates with `scorer`, which
+    charges the meter, and stop when `expired()`. With no binding time
+    limit, a method's result depends only on its inputs, its seed and its
+    work limit.
     """
 
     profile: Profile
@@ -24,10 +79,19 @@ class Problem:
     seed: int = 0
     time_limit: float | None = None
     deadline: float | None = field(default=None, compare=False)
+    work_limit: float | None = None
+    meter: WorkMeter = field(default=None, compare=False)  # type: ignore[assignment]
+    base_scorer: Scorer = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
 
-    @cached_property
-    def scorer(self) -> Scorer:
-        return Scorer(self.profile)
+    def __post_init__(self) -> None:
+        if self.meter is None:
+            object.__setattr__(self, "meter", WorkMeter(limit=self.work_limit))
+        if self.base_scorer is None:
+            object.__setattr__(self, "base_scorer", Scorer(self.profile))
+
+    @property
+    def scorer(self) -> MeteredScorer:
+        return MeteredScorer(self.base_scorer, self.meter)
 
     @property
     def n(self) -> int:
@@ -42,5 +106,31 @@ class Problem:
             return None
         return max(0.0, self.deadline - time.monotonic())
 
+    def work_left(self) -> float | None:
+        """Work units left (never negative), or None without a limit."""
+        return self.meter.left()
+
     def expired(self) -> bool:
+        """Out of time or out of work."""
+        if self.meter.exhausted():
+            return True
         return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def share(
+        self,
+        fraction: float = 1.0,
+        *,
+        work_cap: float | None = None,
+        seconds: float | None = None,
+    ) -> Problem:
+        """The same request limited to `fraction` of the work left (at most `work_cap`)
+        and, where given, `seconds` more of wall time (never past the deadline).
+
+        The share's meter charges this one, so the whole solve's work is the
+        sum of its parts.
+        """
+        deadline = self.deadline
+        if seconds is not None:
+            until = time.monotonic() + seconds
+            deadline = until if deadline is None else min(deadline, until)
+        return replace(self, deadline=deadline, meter=self.meter.share(fraction, work_cap))

@@ -1,8 +1,11 @@
-"""Solver methods as data: name -> where the function lives and what it needs.
+"""Solver methods as data: name -> where the function lives, what it decides, what it needs.
 
 Availability is decided from `requires` with `importlib.util.find_spec`, so
 listing methods never imports a heavy back-end (OR-Tools, PuLP, torch).
-The built-in table is `solvers.METHODS`; `register` adds more at run time.
+The built-in table is plain data in `solvers.METHODS` (dicts of strings,
+so `solvers` never imports this module); `register` adds more at run time.
+Everything that needs "the exact methods" or "the oracles" asks here
+(`by_role`, `MethodSpec.space`) instead of keeping a list of names.
 """
 
 from __future__ import annotations
@@ -10,10 +13,44 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
 
 from planopt.errors import SolverOptionError, SolverUnavailableError, UnknownMethodError
+
+
+class Space(StrEnum):
+    """The plans a method chooses among."""
+
+    JOINT = "joint"  # keep, swap and recompute
+    RECOMPUTE_ONLY = "recompute-only"  # keep or recompute
+    SWAP_ONLY = "swap-only"  # keep or swap
+    FIXED = "fixed"  # one plan by rule (a baseline)
+
+
+class Role(StrEnum):
+    """What a method promises about its answer."""
+
+    BASELINE = "baseline"  # a published rule: a plan, no promise of quality
+    HEURISTIC = "heuristic"  # a search: a fitting plan, no proof
+    EXACT = "exact"  # the optimum of its space, proven (or a bound at its limit)
+    ORACLE = "oracle"  # exact by enumeration: the tests' reference, tiny nets only
+    BOUND = "bound"  # a proven lower bound on the joint optimum, no plan
+
+
+def load_target(target: str) -> Any:
+    """The object named by `"module:attr"` (the one loader every table uses)."""
+    module, sep, attr = target.partition(":")
+    if not sep or not module or not attr:
+        raise ValueError(f"target must be 'module:attr', got {target!r}")
+    return getattr(importlib.import_module(module), attr)
+
+
+def missing_modules(requires: tuple[str, ...]) -> list[str]:
+    """The modules of `requires` that are not installed (none imported)."""
+    return [m for m in requires if importlib.util.find_spec(m) is None]
 
 
 @dataclass(frozen=True)
@@ -24,22 +61,38 @@ class MethodSpec:
     name: str
     target: str
     summary: str
+    space: Space = Space.JOINT
+    role: Role = Role.HEURISTIC
     requires: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
-    exact: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "space", Space(self.space))
+        object.__setattr__(self, "role", Role(self.role))
+        object.__setattr__(self, "requires", tuple(self.requires))
+        object.__setattr__(self, "aliases", tuple(self.aliases))
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]) -> MethodSpec:
+        """A spec from one row of a plain-data table (`solvers.METHODS`)."""
+        return cls(**data)
+
+    @property
+    def exact(self) -> bool:
+        """Proves the optimum of its space (exact methods and oracles)."""
+        return self.role in (Role.EXACT, Role.ORACLE)
 
     def is_available(self) -> bool:
-        return all(importlib.util.find_spec(mod) is not None for mod in self.requires)
+        return not missing_modules(self.requires)
 
     def load(self) -> Callable:
-        missing = [m for m in self.requires if importlib.util.find_spec(m) is None]
+        missing = missing_modules(self.requires)
         if missing:
             raise SolverUnavailableError(
                 f"method {self.name!r} needs the package(s) {', '.join(missing)}; "
                 f"install them (pip install {' '.join(missing)})"
             )
-        module, _, attr = self.target.partition(":")
-        return getattr(importlib.import_module(module), attr)
+        return load_target(self.target)
 
     def options(self) -> list[str]:
         """Names of the keyword options the method accepts."""
@@ -63,6 +116,19 @@ _loaded_builtins = False
 
 def register(spec: MethodSpec, *, replace: bool = False) -> None:
     """Add a method (and its aliases). Re-registering a name needs `replace=True`."""
+    _ensure_builtins()
+    _add(spec, replace=replace)
+
+
+def unregister(name: str) -> None:
+    """Remove a method added with `register` (tests and plug-ins clean up with this)."""
+    spec = get(name)
+    del _METHODS[spec.name]
+    for alias in spec.aliases:
+        _ALIASES.pop(alias, None)
+
+
+def _add(spec: MethodSpec, *, replace: bool) -> None:
     for key in (spec.name, *spec.aliases):
         if not replace and (key in _METHODS or key in _ALIASES):
             raise ValueError(f"method name {key!r} is already registered")
@@ -77,8 +143,8 @@ def _ensure_builtins() -> None:
         _loaded_builtins = True
         from solvers import METHODS
 
-        for spec in METHODS:
-            register(spec, replace=True)
+        for row in METHODS:
+            _add(MethodSpec.from_data(row), replace=True)
 
 
 def names() -> list[str]:
@@ -91,6 +157,18 @@ def available() -> list[str]:
     """Registered methods whose required packages are installed."""
     _ensure_builtins()
     return [name for name, spec in _METHODS.items() if spec.is_available()]
+
+
+def by_role(*roles: Role | str, available_only: bool = True) -> list[str]:
+    """Registered methods of the given roles, in registration order."""
+    wanted = {Role(r) for r in roles}
+    pool = available() if available_only else names()
+    return [name for name in pool if _METHODS[name].role in wanted]
+
+
+def planners(available_only: bool = True) -> list[str]:
+    """Methods that return plans and are fit for a comparison (no oracle, no bound)."""
+    return by_role(Role.BASELINE, Role.HEURISTIC, Role.EXACT, available_only=available_only)
 
 
 def get(name: str) -> MethodSpec:

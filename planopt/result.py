@@ -15,14 +15,16 @@ class Status(StrEnum):
     `optimal`: proven optimal under the cost model; `feasible`: a plan that
     fits the budget without proof of optimality (heuristics, or an exact
     solve stopped by its time limit); `infeasible`: no plan can fit (or the
-    method found none that does and says so); `timeout`: the time limit
-    passed before any plan was found.
+    method found none that does and says so); `timeout`: the time (or
+    work) limit passed before any plan was found; `bound`: a bound-only
+    method (role `bound`) proved `lower_bound` and returns no plan.
     """
 
     OPTIMAL = "optimal"
     FEASIBLE = "feasible"
     INFEASIBLE = "infeasible"
     TIMEOUT = "timeout"
+    BOUND = "bound"
 
     def __str__(self) -> str:
         return self.value
@@ -44,6 +46,7 @@ class Solution:
 
     `schedule` is always the simulator's, never a solver's own estimate.
     `gap` is `(makespan - lower_bound) / makespan` where both are known.
+    `work_used` is the deterministic work the method spent (`planopt.work`).
     """
 
     plan: Plan | None
@@ -55,6 +58,8 @@ class Solution:
     solve_seconds: float
     min_budget: int
     message: str = ""
+    work_limit: float | None = None
+    work_used: float = 0.0
 
     @property
     def makespan(self) -> float | None:
@@ -76,6 +81,8 @@ class Solution:
             "lower_bound": self.lower_bound,
             "gap": self.gap,
             "solve_seconds": self.solve_seconds,
+            "work_limit": self.work_limit,
+            "work_used": self.work_used,
             "message": self.message,
         }
         if self.schedule is not None:

@@ -1,83 +1,119 @@
-"""planopt's solver methods. The table below is the registry's data.
+"""planopt's solver methods. `METHODS` below is the registry's data.
 
 Keep user-facing imports on `planopt`; this package is an implementation
 detail shipped in the same distribution (a test checks `solvers` is ours).
 A method is a function `fn(problem: planopt.problem.Problem, *, option=...)
 -> planopt.result.SolverOutput`; its keyword-only parameters are its options.
-"""
 
-from planopt.registry import MethodSpec
+The table is plain data (strings only), so this package never imports
+`planopt.registry`: the registry reads it. Each row names the method's
+`space` (the plans it chooses among: joint, recompute-only, swap-only,
+fixed) and `role` (baseline, heuristic, exact, oracle, bound); everything
+that needs "the exact methods" or "the oracles" asks the registry.
+"""
 
 PLANOPT_SOLVERS = True  # marker the ownership test looks for
 
-METHODS: tuple[MethodSpec, ...] = (
-    MethodSpec(
-        "keep-all", "solvers.baselines:keep_all", "keep every saved tensor (fastest, most memory)"
-    ),
-    MethodSpec(
-        "all-swap",
-        "solvers.baselines:all_swap",
-        "vDNN-style: swap every layer but the last, prefetch one step ahead",
-    ),
-    MethodSpec(
-        "sqrt-n",
-        "solvers.baselines:sqrt_n",
-        "Chen et al. 2016 segment recomputation with budget-aware segments",
-    ),
-    MethodSpec(
-        "superneurons",
-        "solvers.baselines:superneurons",
-        "SuperNeurons: checkpoint conv/linear/join outputs (swapped), recompute the rest",
-    ),
-    MethodSpec(
-        "pooch",
-        "solvers.pooch:pooch",
-        "the published greedy (Ito et al. 2018): keep->swap, swap->recompute, prefetch",
-        aliases=("greedy",),
-    ),
-    MethodSpec(
-        "exact",
-        "solvers.exact:exact",
-        "proven-optimal keep/swap/recompute plan (CP-SAT; CBC or HiGHS with --backend)",
-        requires=("ortools",),
-        exact=True,
-    ),
-    MethodSpec(
-        "recompute-only",
-        "solvers.exact:recompute_only",
-        "optimal keep/recompute plan (the space Checkmate and Rotor decide)",
-        requires=("ortools",),
-        exact=True,
-    ),
-    MethodSpec(
-        "swap-only",
-        "solvers.exact:swap_only",
-        "optimal keep/swap plan (the space vDNN and SwapAdvisor decide)",
-        requires=("ortools",),
-        exact=True,
-    ),
-    MethodSpec(
-        "brute-force",
-        "solvers.brute_force:brute_force",
-        "enumerate every plan (test oracle; tiny nets only)",
-        exact=True,
-    ),
-    MethodSpec(
-        "blocks",
-        "solvers.blocks:blocks",
-        "repeated blocks decided once per class of copies, then exact windows (deep nets)",
-        requires=("ortools",),
-    ),
-    MethodSpec(
-        "lns",
-        "solvers.lns:lns",
-        "the greedy improved by layer moves, kicks and exact windows (large nets)",
-        requires=("ortools",),
-    ),
-    MethodSpec(
-        "auto",
-        "solvers.auto:auto",
-        "exact for small nets, blocks for repeated ones, lns otherwise; says which",
-        requires=("ortools",),
-    ),
+_ORTOOLS = ("ortools",)
+
+METHODS: tuple[dict, ...] = (
+    {
+        "name": "keep-all",
+        "target": "solvers.baselines:keep_all",
+        "summary": "keep every saved tensor (fastest, most memory)",
+        "space": "fixed",
+        "role": "baseline",
+    },
+    {
+        "name": "all-swap",
+        "target": "solvers.baselines:all_swap",
+        "summary": "vDNN-style: swap every layer but the last, prefetch one step ahead",
+        "space": "fixed",
+        "role": "baseline",
+    },
+    {
+        "name": "sqrt-n",
+        "target": "solvers.baselines:sqrt_n",
+        "summary": "Chen et al. 2016 segment recomputation with budget-aware segments",
+        "space": "recompute-only",
+        "role": "baseline",
+    },
+    {
+        "name": "superneurons",
+        "target": "solvers.baselines:superneurons",
+        "summary": "SuperNeurons: swap conv/linear/join outputs, recompute the rest",
+        "space": "fixed",
+        "role": "baseline",
+    },
+    {
+        "name": "pooch",
+        "target": "solvers.pooch:pooch",
+        "summary": "the published greedy (Ito et al. 2018): keep->swap, swap->recompute, prefetch",
+        "space": "joint",
+        "role": "heuristic",
+        "aliases": ("greedy",),
+    },
+    {
+        "name": "exact",
+        "target": "solvers.exact:exact",
+        "summary": "proven-optimal keep/swap/recompute plan (CP-SAT; CBC or HiGHS with --backend)",
+        "space": "joint",
+        "role": "exact",
+        "requires": _ORTOOLS,
+    },
+    {
+        "name": "recompute-only",
+        "target": "solvers.exact:recompute_only",
+        "summary": "optimal keep/recompute plan (the space Checkmate and Rotor decide)",
+        "space": "recompute-only",
+        "role": "exact",
+        "requires": _ORTOOLS,
+    },
+    {
+        "name": "swap-only",
+        "target": "solvers.exact:swap_only",
+        "summary": "optimal keep/swap plan (the space vDNN and SwapAdvisor decide)",
+        "space": "swap-only",
+        "role": "exact",
+        "requires": _ORTOOLS,
+    },
+    {
+        "name": "brute-force",
+        "target": "solvers.brute_force:brute_force",
+        "summary": "enumerate every plan (test oracle; tiny nets only)",
+        "space": "joint",
+        "role": "oracle",
+    },
+    {
+        "name": "blocks",
+        "target": "solvers.blocks:blocks",
+        "summary": "repeated blocks decided once per class of copies, then exact windows",
+        "space": "joint",
+        "role": "heuristic",
+        "requires": _ORTOOLS,
+    },
+    {
+        "name": "lns",
+        "target": "solvers.lns:lns",
+        "summary": "the greedy improved by layer moves, kicks and exact windows (large nets)",
+        "space": "joint",
+        "role": "heuristic",
+        "requires": _ORTOOLS,
+    },
+    {
+        "name": "auto",
+        "target": "solvers.auto:auto",
+        "summary": "exact for small nets, blocks for repeated ones, lns otherwise; says which",
+        "space": "joint",
+        "role": "heuristic",
+        "requires": _ORTOOLS,
+    },
+    {
+        "name": "lower-bound",
+        "target": "solvers.bound:lower_bound",
+        "summary": "a proven lower bound on the joint optimum (a relaxation; no plan)",
+        "space": "joint",
+        "role": "bound",
+        "requires": ("pulp",),
+    },
 )

@@ -217,9 +217,7 @@ def test_solve_default_method_is_greedy(capsys, tiny):
     assert data["peak_bytes"] <= 1500
 
 
-@pytest.mark.parametrize(
-    "method", [m for m in registry.available() if m not in ("keep-all", "brute-force")]
-)
+@pytest.mark.parametrize("method", [m for m in registry.planners() if m != "keep-all"])
 def test_solve_every_available_method_on_a_bundled_net(capsys, method):
     need_method(method)
     code, out, err = run(
@@ -234,6 +232,18 @@ def test_solve_every_available_method_on_a_bundled_net(capsys, method):
     else:
         assert code == 1 and data["status"] in ("infeasible", "timeout")
         one_error_line(err)
+
+
+def test_solve_with_a_bound_method_prints_the_bound_and_no_plan(capsys):
+    code, out, err = run(capsys, "solve", BUNDLED, "--budget", "50%", "--method", "lower-bound",
+                         "--json")  # fmt: skip
+    data = json.loads(out)
+    assert (code, err) == (0, "")
+    assert data["status"] == "bound" and data["plan"] is None
+    profile = planopt.bundled_profile(BUNDLED)
+    assert data["lower_bound"] >= profile.t_ideal
+    greedy = planopt.solve(profile, "50%", "greedy")
+    assert data["lower_bound"] <= greedy.makespan * (1 + 1e-9)
 
 
 def test_solve_backend_is_refused_for_a_method_without_that_option(capsys, tiny):
@@ -371,7 +381,7 @@ def test_demo_compares_methods_on_every_bundled_net(capsys, monkeypatch):
             raise SolverOptionError(f"fake-exact: nets must have at most 2 layers, got {n}")
         return real_solve(profile, budget, method, **kwargs)
 
-    spec = registry.MethodSpec("fake-exact", "solvers.baselines:keep_all", "test", exact=True)
+    spec = registry.MethodSpec("fake-exact", "solvers.baselines:keep_all", "test", role="exact")
     monkeypatch.setitem(registry._METHODS, "fake-exact", spec)
     monkeypatch.setattr(registry, "available", lambda: ["keep-all", "brute-force", "fake-exact"])
     monkeypatch.setattr(cli, "solve", fake_solve)
