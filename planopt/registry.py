@@ -30,6 +30,19 @@ class Space(StrEnum):
     FIXED = "fixed"  # one plan by rule (a baseline)
 
 
+SPACE_ACTIONS: dict[Space, frozenset[str]] = {
+    Space.JOINT: frozenset({"keep", "swap", "recompute"}),
+    Space.RECOMPUTE_ONLY: frozenset({"keep", "recompute"}),
+    Space.SWAP_ONLY: frozenset({"keep", "swap"}),
+}
+
+
+def in_space(actions, space: Space | str) -> bool:
+    """Whether a plan's actions lie in `space` (a fixed space holds every plan)."""
+    allowed = SPACE_ACTIONS.get(Space(space))
+    return allowed is None or all(str(a) in allowed for a in actions)
+
+
 class Role(StrEnum):
     """What a method promises about its answer."""
 
@@ -65,6 +78,9 @@ class MethodSpec:
     role: Role = Role.HEURISTIC
     requires: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
+    # Cheap enough (a few simulations per layer) to give every search and
+    # exact method a starting plan: `solvers.search.starts` runs all of them.
+    starter: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "space", Space(self.space))
@@ -164,6 +180,11 @@ def by_role(*roles: Role | str, available_only: bool = True) -> list[str]:
     wanted = {Role(r) for r in roles}
     pool = available() if available_only else names()
     return [name for name in pool if _METHODS[name].role in wanted]
+
+
+def starters() -> list[str]:
+    """Available methods cheap enough to seed every search (see `MethodSpec.starter`)."""
+    return [name for name in available() if _METHODS[name].starter]
 
 
 def planners(available_only: bool = True) -> list[str]:

@@ -32,12 +32,18 @@ class Status(StrEnum):
 
 @dataclass(frozen=True)
 class SolverOutput:
-    """What a registered method hands back to `planopt.solve` before re-scoring."""
+    """What a registered method hands back to `planopt.solve` before re-scoring.
+
+    `stopped` says the method's time or work limit ended it before it
+    finished (its plan is the best so far), so callers need not read the
+    message to know.
+    """
 
     plan: Plan | None
     status: Status
     lower_bound: float | None = None
     message: str = ""
+    stopped: bool = False
 
 
 @dataclass(frozen=True)

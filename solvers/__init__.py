@@ -23,6 +23,7 @@ METHODS: tuple[dict, ...] = (
         "summary": "keep every saved tensor (fastest, most memory)",
         "space": "fixed",
         "role": "baseline",
+        "starter": True,
     },
     {
         "name": "all-swap",
@@ -30,6 +31,7 @@ METHODS: tuple[dict, ...] = (
         "summary": "vDNN-style: swap every layer but the last, prefetch one step ahead",
         "space": "fixed",
         "role": "baseline",
+        "starter": True,
     },
     {
         "name": "sqrt-n",
@@ -37,6 +39,7 @@ METHODS: tuple[dict, ...] = (
         "summary": "Chen et al. 2016 segment recomputation with budget-aware segments",
         "space": "recompute-only",
         "role": "baseline",
+        "starter": True,
     },
     {
         "name": "superneurons",
@@ -44,6 +47,7 @@ METHODS: tuple[dict, ...] = (
         "summary": "SuperNeurons: swap conv/linear/join outputs, recompute the rest",
         "space": "fixed",
         "role": "baseline",
+        "starter": True,
     },
     {
         "name": "pooch",
@@ -52,6 +56,7 @@ METHODS: tuple[dict, ...] = (
         "space": "joint",
         "role": "heuristic",
         "aliases": ("greedy",),
+        "starter": True,
     },
     {
         "name": "exact",

@@ -20,7 +20,7 @@ from planopt.errors import SolverOptionError
 from planopt.problem import Problem
 from planopt.result import SolverOutput
 from solvers.blocks import blocks
-from solvers.lns import lns
+from solvers.lns import WINDOW_WORK, lns
 
 DEFAULT_EXACT_LAYERS = 12
 BLOCK_COVERAGE = 0.5  # repeats must cover this share of the layers for "blocks"
@@ -48,8 +48,7 @@ def auto(
     threads: int = 2,
     rtol: float = 0.05,
     window: int = 8,
-    window_seconds: float = 2.0,
-    max_evals: int | None = None,
+    window_work: float = WINDOW_WORK,
 ) -> SolverOutput:
     """Exact for small nets, blocks for repeated ones, lns otherwise (see the module doc)."""
     if isinstance(exact_layers, bool) or not isinstance(exact_layers, int) or exact_layers < 0:
@@ -60,15 +59,9 @@ def auto(
 
         out = solve_exact(problem, threads=threads, max_layers=max(exact_layers, 1))
     elif method == "blocks":
-        out = blocks(
-            problem,
-            rtol=rtol,
-            window=window,
-            window_seconds=window_seconds,
-            max_evals=max_evals,
-        )
+        out = blocks(problem, rtol=rtol, window=window, window_work=window_work)
     else:
-        out = lns(problem, window=window, window_seconds=window_seconds, max_evals=max_evals)
+        out = lns(problem, window=window, window_work=window_work)
     return SolverOutput(
         out.plan, out.status, out.lower_bound, f"auto: used {method} ({why}); {out.message}"
     )

@@ -35,6 +35,7 @@ class BackendResult:
     values: list[int] | None
     objective: float | None
     bound: float | None
+    work_used: float = 0.0  # CP-SAT's deterministic time
 
 
 def solve_cpsat(
@@ -46,6 +47,7 @@ def solve_cpsat(
     hint: list[int] | None,
     objective_at_most: int | None = None,
     relative_gap: float = 0.0,
+    work_limit: float | None = None,
 ) -> BackendResult:
     m = form.model
     model = cp_model.CpModel()
@@ -129,17 +131,18 @@ def solve_cpsat(
         "num_workers": max(1, threads),
         "random_seed": seed,
         "relative_gap_limit": relative_gap,
+        "max_deterministic_time": work_limit,
     }
-    code, values, objective, bound = run_isolated(model, xs, params)
+    code, values, objective, bound, work = run_isolated(model, xs, params)
     if code == cp_model.OPTIMAL:
         status = "optimal"
     elif code == cp_model.FEASIBLE:
         status = "feasible"
     elif code == cp_model.INFEASIBLE:
-        return BackendResult("infeasible", None, None, None)
+        return BackendResult("infeasible", None, None, None, work)
     else:
-        return BackendResult("unknown", None, None, bound)
-    return BackendResult(status, values, objective, bound)
+        return BackendResult("unknown", None, None, bound, work)
+    return BackendResult(status, values, objective, bound, work)
 
 
 # Settings tried in turn when a solve aborts (see `run_isolated`).
@@ -154,6 +157,8 @@ def _solve_here(model: cp_model.CpModel, xs: list, params: dict, attempt: dict):
     p.num_workers = params["num_workers"]
     p.random_seed = params["random_seed"]
     p.relative_gap_limit = params["relative_gap_limit"]
+    if params.get("max_deterministic_time") is not None:
+        p.max_deterministic_time = params["max_deterministic_time"]
     # NOTE: interleaved search would make multi-worker runs reproducible, but
     # it was 100x slower on our models (and aborted with hints in 9.13+), so
     # the exact method gets reproducibility another way (see solvers.exact).
@@ -170,8 +175,14 @@ def _solve_here(model: cp_model.CpModel, xs: list, params: dict, attempt: dict):
     values = None
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         values = [int(solver.value(x)) for x in xs]
-        return code, values, solver.objective_value, solver.best_objective_bound
-    return code, None, None, solver.best_objective_bound
+        return (
+            code,
+            values,
+            solver.objective_value,
+            solver.best_objective_bound,
+            solver.response_proto.deterministic_time,
+        )
+    return code, None, None, solver.best_objective_bound, solver.response_proto.deterministic_time
 
 
 def _child(conn, model, xs, params, attempt) -> None:  # pragma: no cover - runs in a fork

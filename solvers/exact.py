@@ -8,10 +8,8 @@ The returned plan is never worse than the warm start.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import math
-import time
 from collections.abc import Callable, Sequence
 
 from planopt.budget import min_memory_plan
@@ -390,11 +388,13 @@ def _polish(problem: Problem, incumbent: tuple[float, Plan], target: float):
     """
     if problem.n < POLISH_FROM_LAYERS:
         return incumbent
-    from solvers.lns import Incumbent, layer_phases, search
+    from solvers.lns import layer_phases
+    from solvers.search.driver import search
+    from solvers.search.engine import Incumbent
 
     left = problem.time_left()
-    seconds = POLISH_TIME if left is None else min(POLISH_SHARE * left, POLISH_TIME)
-    limited = dataclasses.replace(problem, deadline=time.monotonic() + seconds)
+    seconds = None if left is None else min(POLISH_SHARE * left, POLISH_TIME)
+    limited = problem.share(POLISH_SHARE, work_cap=POLISH_TIME, seconds=seconds)
     inc = Incumbent(limited, incumbent[1], target=target, patience=POLISH_PATIENCE)
     search(inc, layer_phases(problem.n, POLISH_WINDOW, POLISH_WINDOW_SECONDS))
     if inc.feasible and inc.makespan < incumbent[0]:
@@ -410,7 +410,7 @@ def _relaxation_bound(problem: Problem) -> float | None:
     optimal at once, and as a floor on the model's objective it lets the
     back-end stop as soon as it finds a plan that meets it.
     """
-    from solvers.lns import relaxation_lower_bound
+    from solvers.search.bounds import relaxation_lower_bound
 
     return relaxation_lower_bound(problem, RELAXATION_SHARE, cap=RELAXATION_TIME, relax=False)
 

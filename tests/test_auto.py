@@ -57,7 +57,7 @@ def test_small_nets_are_solved_exactly():
 def test_auto_reports_its_choice_and_a_bound(profile, used, fraction):
     budget = max(planopt.budget_from_fraction(profile, fraction), planopt.min_budget(profile))
     greedy = planopt.solve(profile, budget, "greedy")
-    sol = planopt.solve(profile, budget, "auto", time_limit=10, max_evals=600, window=4)
+    sol = planopt.solve(profile, budget, "auto", work_limit=1.0, window=4)
     if used is not None:
         assert sol.message.startswith(f"auto: used {used}")
     assert sol.status in (Status.FEASIBLE, Status.OPTIMAL)
@@ -86,4 +86,4 @@ def test_the_new_methods_are_registered():
 
     for name in ("blocks", "lns", "auto"):
         assert name in registry.available()
-        assert "max_evals" in registry.get(name).options()
+        assert "window_work" in registry.get(name).options()

@@ -22,7 +22,8 @@ import planopt
 from planopt import Layer, Status, find_blocks, random_chain, repeated_chain
 from planopt.blocks import BlockStructure, Repeat
 from planopt.errors import InvalidProfileError, SolverOptionError
-from solvers.blocks import BlockOption, block_front, block_level, compose, copy_classes, lower_hull
+from solvers.block_front import BlockOption, block_front, lower_hull
+from solvers.search.repeats import block_level, compose, copy_classes
 
 
 def _planted(seed: int, period: int, repeats: int, pre: int, post: int, *, signatures: bool):
@@ -215,7 +216,7 @@ def test_lower_hull_is_the_convex_lower_envelope_of_the_front(points):
 def test_composition_never_loses_and_keeps_the_plan_fitting(seed, fraction):
     from planopt.budget import min_memory_plan
     from planopt.problem import Problem
-    from solvers.lns import Incumbent
+    from solvers.search.engine import Incumbent
 
     profile = _planted(seed, 3, 8, 1, 2, signatures=True)
     budget = planopt.budget_from_fraction(profile, fraction)
@@ -249,9 +250,9 @@ def test_blocks_is_within_one_percent_of_the_exact_optimum(seed, k):
     budget = planopt.budget_from_fraction(profile, 0.5)
     if budget < planopt.min_budget(profile):
         pytest.skip("50% is below the minimum budget")
-    exact = planopt.solve(profile, budget, "exact", time_limit=60)
+    exact = planopt.solve(profile, budget, "exact", work_limit=60)
     assert exact.status is Status.OPTIMAL, exact.message
-    sol = planopt.solve(profile, budget, "blocks", time_limit=30)
+    sol = planopt.solve(profile, budget, "blocks", work_limit=10)
     assert sol.status in (Status.FEASIBLE, Status.OPTIMAL)
     assert sol.schedule.feasible and sol.schedule.peak_bytes <= budget
     assert sol.makespan <= exact.makespan * 1.01
@@ -265,7 +266,7 @@ def test_blocks_plans_a_gpt_feasibly_and_beats_the_greedy(fraction):
     profile = planopt.bundled_profile("gpt-12blk-b8-s1024-h100-pcie5-roofline")
     budget = max(planopt.budget_from_fraction(profile, fraction), planopt.min_budget(profile))
     greedy = planopt.solve(profile, budget, "greedy")
-    sol = planopt.solve(profile, budget, "blocks", time_limit=3, max_evals=1500, window=0)
+    sol = planopt.solve(profile, budget, "blocks", work_limit=1.0, window=0)
     schedule = planopt.simulate(profile, sol.plan, budget)
     assert schedule.feasible
     assert sol.makespan <= greedy.makespan
@@ -276,7 +277,7 @@ def test_blocks_plans_a_gpt_feasibly_and_beats_the_greedy(fraction):
 def test_blocks_without_repeats_searches_layers():
     profile = random_chain(20, seed=5, family="uniform")
     budget = planopt.budget_from_fraction(profile, 0.5)
-    sol = planopt.solve(profile, budget, "blocks", time_limit=5, max_evals=400, window=0)
+    sol = planopt.solve(profile, budget, "blocks", work_limit=0.05, window=0)
     assert "no repeated blocks found" in sol.message
     assert sol.schedule.feasible
     assert sol.makespan <= planopt.solve(profile, budget, "greedy").makespan
@@ -285,19 +286,16 @@ def test_blocks_without_repeats_searches_layers():
 def test_blocks_is_deterministic_under_a_work_limit():
     profile = _copies_net(3, 6)
     budget = planopt.budget_from_fraction(profile, 0.5)
-    runs = [
-        planopt.solve(profile, budget, "blocks", time_limit=30, max_evals=300, window=0).plan
-        for _ in range(2)
-    ]
-    assert runs[0] == runs[1]
+    runs = [planopt.solve(profile, budget, "blocks", work_limit=0.05) for _ in range(2)]
+    assert runs[0].plan == runs[1].plan and runs[0].work_used == runs[1].work_used
 
 
 def test_blocks_options_are_checked():
     profile = _copies_net(0, 3)
     with pytest.raises(SolverOptionError, match="window"):
         planopt.solve(profile, "50%", "blocks", window=-1)
-    with pytest.raises(SolverOptionError, match="max_evals"):
-        planopt.solve(profile, "50%", "blocks", max_evals=0)
+    with pytest.raises(SolverOptionError, match="window_work"):
+        planopt.solve(profile, "50%", "blocks", window_work=0)
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -306,7 +304,7 @@ def test_every_blocks_plan_fits_its_budget(seed, k, r):
     profile = _copies_net(seed, k)
     low = planopt.min_budget(profile)
     budget = low + r * (planopt.keep_all_peak(profile) - low)
-    sol = planopt.solve(profile, budget, "blocks", time_limit=5, max_evals=300, window=0)
+    sol = planopt.solve(profile, budget, "blocks", work_limit=0.02, window=0)
     assert sol.status in (Status.FEASIBLE, Status.OPTIMAL)
     assert planopt.simulate(profile, sol.plan, budget).feasible
     assert sol.makespan <= planopt.solve(profile, budget, "greedy").makespan

@@ -1,6 +1,7 @@
-"""The large-net search (`solvers.lns`): its bookkeeping against the simulator, its
-exact windows against the exact planner, and the method's contract (feasible at
-the budget, never worse than the greedy, a bound below the makespan)."""
+"""The search tier and the large-net search (`solvers.search`, `solvers.lns`): the
+engine's bookkeeping against the simulator, exact windows against the exact
+planner, and the method's contract (feasible at the budget, never worse than
+the greedy, a bound below the makespan, the same plan for the same work)."""
 
 from __future__ import annotations
 
@@ -12,24 +13,19 @@ from planopt.plan import KEEP, SWAP
 from planopt.problem import Problem
 from solvers.cpsat import solve_cpsat
 from solvers.formulation import Choices, build
-from solvers.lns import (
-    Incumbent,
-    Window,
-    exact_window,
-    greedy_start,
-    improve_groups,
-    kicks,
-    layer_level,
-    sliding_windows,
-)
+from solvers.search.engine import Incumbent
+from solvers.search.moves import improve_groups, kicks, layer_level
+from solvers.search.starts import portfolio
+from solvers.search.windows import Window, exact_window, sliding_windows
 
 
-def _problem(profile, fraction=0.5, limit=30.0):
-    import time
-
+def _problem(profile, fraction=0.5, work=30.0):
     budget = max(planopt.budget_from_fraction(profile, fraction), planopt.min_budget(profile))
-    now = time.monotonic()
-    return Problem(profile, budget, planopt.min_budget(profile), 0, limit, now + limit)
+    return Problem(profile, budget, planopt.min_budget(profile), work_limit=work)
+
+
+def greedy_start(problem):
+    return portfolio(problem).best, None
 
 
 def _matches_simulator(inc: Incumbent) -> None:
@@ -42,7 +38,7 @@ def test_incumbent_tracks_the_simulator(seed):
     profile = random_chain(40, seed=seed)
     problem = _problem(profile)
     start, _ = greedy_start(problem)
-    inc = Incumbent(problem, start.plan, max_evals=600)
+    inc = Incumbent(problem.share(work_cap=600 * 40e-6), start.plan)
     before = inc.key
     level = layer_level(problem.n)
     improve_groups(inc, level.groups, level.pairs)
@@ -55,7 +51,7 @@ def test_kicks_never_leave_a_worse_incumbent():
     profile = random_chain(24, seed=4)
     problem = _problem(profile, 0.4)
     start, _ = greedy_start(problem)
-    inc = Incumbent(problem, start.plan, max_evals=2000)
+    inc = Incumbent(problem.share(work_cap=2000 * 24e-6), start.plan)
     before = inc.key
     kicks(inc, layer_level(problem.n))
     _matches_simulator(inc)
@@ -66,11 +62,11 @@ def test_kicks_never_leave_a_worse_incumbent():
 def test_a_window_over_the_whole_chain_is_the_exact_optimum(seed):
     profile = random_chain(7, seed=seed, family="uniform")
     problem = _problem(profile, 0.5)
-    exact = planopt.solve(profile, problem.budget, "exact", time_limit=60)
+    exact = planopt.solve(profile, problem.budget, "exact", work_limit=60)
     assert exact.status is Status.OPTIMAL
     start, _ = greedy_start(problem)
     inc = Incumbent(problem, start.plan)
-    exact_window(inc, Window(0, problem.n), time_limit=30, reach=problem.n, waits=problem.n)
+    exact_window(inc, Window(0, problem.n), work=30, reach=problem.n, waits=problem.n)
     _matches_simulator(inc)
     assert inc.makespan == pytest.approx(exact.makespan, rel=1e-6)
 
@@ -81,7 +77,7 @@ def test_a_window_leaves_the_layers_outside_it_alone():
     start, _ = greedy_start(problem)
     inc = Incumbent(problem, start.plan)
     before = inc.plan()
-    exact_window(inc, Window(10, 16), time_limit=10)
+    exact_window(inc, Window(10, 16), work=10)
     after = inc.plan()
     for i in [*range(0, 10), *range(16, 30)]:
         assert after.actions[i] is before.actions[i]
@@ -107,7 +103,7 @@ def test_choices_pin_a_plan():
     }
     form = build(profile, problem.budget, choices=choices)
     assert sum(len(d) for d in form.prefetch) == plan.count(SWAP)
-    result = solve_cpsat(form, time_limit=20, threads=1, seed=0, hint=None)
+    result = solve_cpsat(form, time_limit=None, work_limit=20, threads=1, seed=0, hint=None)
     decoded = form.decode(lambda v: result.values[v])
     assert decoded.actions == plan.actions and decoded.prefetch_at == plan.prefetch_at
     makespan, _ = problem.scorer.score_plan(plan)
@@ -135,7 +131,7 @@ def test_lns_fits_and_never_loses_to_the_greedy(seed, fraction):
     profile = random_chain(60, seed=seed)
     budget = max(planopt.budget_from_fraction(profile, fraction), planopt.min_budget(profile))
     greedy = planopt.solve(profile, budget, "greedy")
-    sol = planopt.solve(profile, budget, "lns", time_limit=10, max_evals=800, window=6)
+    sol = planopt.solve(profile, budget, "lns", work_limit=0.05, window=6)
     assert sol.status in (Status.FEASIBLE, Status.OPTIMAL)
     assert planopt.simulate(profile, sol.plan, budget).feasible
     assert sol.makespan <= greedy.makespan
@@ -146,14 +142,23 @@ def test_lns_improves_a_greedy_that_leaves_room():
     profile = random_chain(12, seed=1, family="uniform")
     budget = planopt.budget_from_fraction(profile, 0.5)
     greedy = planopt.solve(profile, budget, "greedy")
-    sol = planopt.solve(profile, budget, "lns", time_limit=30)
+    sol = planopt.solve(profile, budget, "lns", work_limit=30)
     assert sol.makespan < greedy.makespan * 0.99
 
 
-def test_lns_is_deterministic_under_a_work_limit():
+@pytest.mark.parametrize("window", [0, 6])
+def test_lns_is_deterministic_under_a_work_limit(window):
     profile = random_chain(50, seed=9)
-    runs = [
-        planopt.solve(profile, "40%", "lns", time_limit=30, max_evals=500, window=0).plan
-        for _ in range(2)
-    ]
-    assert runs[0] == runs[1]
+    runs = [planopt.solve(profile, "60%", "lns", work_limit=0.3, window=window) for _ in range(2)]
+    assert runs[0].plan == runs[1].plan
+    assert runs[0].work_used == runs[1].work_used
+    assert 0 < runs[0].work_used <= 0.3 + 2.1  # at most one window past the limit
+
+
+def test_a_search_stops_at_its_work_limit_and_more_work_never_hurts():
+    profile = random_chain(60, seed=3)
+    small = planopt.solve(profile, "35%", "lns", work_limit=0.02, window=0)
+    large = planopt.solve(profile, "35%", "lns", work_limit=0.5, window=0)
+    assert small.work_used <= 0.02 + 60e-6  # one simulation past the limit at most
+    assert large.makespan <= small.makespan
+    assert "stopped by the limit" in small.message

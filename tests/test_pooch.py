@@ -177,8 +177,8 @@ def test_pooch_returns_a_fitting_plan_when_the_time_limit_has_passed():
     profile = random_chain(60, seed=5)
     budget = planopt.budget_from_fraction(profile, 0.5)
     out = pooch(problem_for(profile, budget, deadline=time.monotonic() - 1.0))
-    assert out.status is Status.FEASIBLE
-    assert "time limit reached" in out.message
+    assert out.status is Status.FEASIBLE and out.stopped
+    assert "limit reached" in out.message
     assert simulate(profile, out.plan, budget).peak_bytes <= budget
 
 
@@ -207,7 +207,7 @@ def test_pooch_stopped_at_any_check_returns_a_plan_that_fits(fraction):
         problem = ExpiresAfter(profile, budget, min_budget(profile), calls=calls)
         out = pooch(problem)
         assert out.status is Status.FEASIBLE
-        assert "time limit reached" in out.message
+        assert "limit reached" in out.message and out.stopped
         assert simulate(profile, out.plan, budget).peak_bytes <= budget
 
 
@@ -360,3 +360,14 @@ def test_pooch_on_a_bundled_profile_beats_all_swap_where_both_fit():
     assert swap.status is Status.FEASIBLE
     assert ours.makespan <= swap.makespan
     assert ours.schedule.feasible
+
+
+@pytest.mark.parametrize("work", [1e-4, 1e-3, 1e-2])
+def test_pooch_under_a_work_limit_is_deterministic_and_fits(work):
+    profile = random_chain(60, seed=5)
+    budget = planopt.budget_from_fraction(profile, 0.4)
+    runs = [planopt.solve(profile, budget, "greedy", work_limit=work) for _ in range(2)]
+    assert runs[0].plan == runs[1].plan and runs[0].work_used == runs[1].work_used
+    assert runs[0].schedule.feasible
+    # it stops at the first check past its limit: at most one batched probe beyond it
+    assert runs[0].work_used <= work + 60e-6 * (1 + 60 / 16)

@@ -1,0 +1,65 @@
+"""Every registered method on the whole known-answer bank (`planopt.testing`).
+
+Adding a method to the registry puts it under this test with no other edit.
+Exceptions go in `OVERRIDES`, each with its reason.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from planopt import registry
+from planopt.registry import Space
+from planopt.testing import check_method, load_bank
+from planopt.testing.build import space_optima
+
+# (method, instance name or "*") -> why the bank's rules do not apply there.
+OVERRIDES: dict[tuple[str, str], str] = {}
+
+# Work per solve: enough for every exact method to prove these tiny optima.
+WORK = 20.0
+
+
+def _cases():
+    for method in registry.available():
+        for instance in load_bank():
+            reason = OVERRIDES.get((method, instance.name)) or OVERRIDES.get((method, "*"))
+            marks = [pytest.mark.skip(reason=reason)] if reason else []
+            yield pytest.param(method, instance, id=f"{method}-{instance.name}", marks=marks)
+
+
+@pytest.mark.parametrize(("method", "instance"), list(_cases()))
+def test_every_method_keeps_the_rules_of_its_role_on_the_bank(method, instance):
+    assert check_method(method, instance, work_limit=WORK) == []
+
+
+@pytest.mark.parametrize("instance", load_bank(), ids=lambda i: i.name)
+def test_the_bank_optima_are_the_enumerated_ones(instance):
+    """The stored optima (and the hand-worked ones) are what enumeration gives today."""
+    stored = {space.value: value for space, value in instance.optimum.items()}
+    assert space_optima(instance.profile, instance.budget) == stored
+
+
+def test_the_bank_spans_every_kind_of_answer():
+    bank = load_bank()
+    joint = [i.optimum[Space.JOINT] for i in bank]
+    assert any(v is None for v in joint), "an instance below the minimum budget"
+    for space in (Space.RECOMPUTE_ONLY, Space.SWAP_ONLY):
+        assert any(
+            i.optimum[Space.JOINT] is not None and i.optimum[space] > i.optimum[Space.JOINT]
+            for i in bank
+        ), f"an instance where {space} is slower than the joint optimum"
+    assert any(i.why for i in bank), "hand-worked instances with their reasoning"
+    strict = [i for i in bank if i.optimum[Space.JOINT] is not None and i.optimum[Space.JOINT] > 0]
+    assert any(i.optimum[Space.JOINT] > i.profile.t_ideal * (1 + 1e-9) for i in strict)
+
+
+def test_a_new_registered_method_is_put_under_the_bank(monkeypatch):
+    spec = registry.MethodSpec(
+        "bank-probe", "solvers.baselines:keep_all", "test only", space="fixed", role="baseline"
+    )
+    registry.register(spec)
+    try:
+        assert "bank-probe" in [c.values[0] for c in _cases()]
+    finally:
+        registry.unregister("bank-probe")
