@@ -221,7 +221,7 @@ def test_a_net_solved_everywhere_explains_the_empty_lower_bound_panel():
     right = fig.axes[1]
     assert right.get_legend() is None
     assert any("every instance has a proven optimum" in t.get_text() for t in right.texts)
-    with pytest.raises(plots.NothingToDraw, match="no heuristic result"):
+    with pytest.raises(plots.NothingToDraw, match="no heuristic ran"):
         plots.gap_distribution([])
 
 

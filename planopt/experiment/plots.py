@@ -289,8 +289,7 @@ def gap_distribution(gap_rows: Sequence[dict]) -> Figure:
     """
     if not gap_rows:
         raise NothingToDraw(
-            "no heuristic result to compare with an optimum or a lower bound "
-            "(the gap needs a heuristic and an exact method or the lower bound)"
+            "no heuristic ran (the gap compares heuristics with the optimum or the lower bound)"
         )
     fig = _figure(12, 4.6)
     axes = fig.subplots(1, 2, sharey=True)
