@@ -8,6 +8,7 @@ a display nor changes the backend of a notebook that imports planopt.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -57,13 +58,29 @@ def require_matplotlib() -> None:
         ) from None
 
 
-def time_unit(seconds: float) -> tuple[float, str]:
-    """Scale and name for a time axis whose largest value is `seconds`."""
-    if seconds >= 10:
-        return 1.0, "s"
-    if seconds >= 1e-2:
-        return 1e3, "ms"
-    return 1e6, "us"
+# (name, size) from the smallest unit up; binary byte units, as `planopt.report` prints.
+BYTE_UNITS = (("B", 1), ("KiB", 2**10), ("MiB", 2**20), ("GiB", 2**30), ("TiB", 2**40))
+TIME_UNITS = (("us", 1e-6), ("ms", 1e-3), ("s", 1.0))
+
+
+def pick_unit(largest: float, units: Sequence[tuple[str, float]]) -> tuple[float, str]:
+    """(size, name) of the unit for an axis that runs from 0 to `largest`.
+
+    The largest unit in which `largest` is at least 1, so the figure's
+    biggest number has one to three digits before the point (`33.2 MiB`,
+    not `0.03 GiB`); the smallest unit when even that one is too large
+    (0, or values below it). Divide values by the size to plot them.
+    """
+    size, name = units[0][1], units[0][0]
+    for unit_name, unit_size in units:
+        if abs(largest) >= unit_size:
+            size, name = unit_size, unit_name
+    return size, name
+
+
+def _number(value: float) -> str:
+    """Four significant figures without an exponent: units keep values below 1024."""
+    return f"{value:.4g}" if abs(value) < 1e4 else f"{value:.0f}"
 
 
 def _stalls(schedule: Schedule) -> list[tuple[float, float]]:
@@ -101,7 +118,12 @@ def timeline_figure(
 
     sched = schedule if schedule is not None else simulate(profile, plan, budget)
     budget = sched.budget if budget is None else budget
-    scale, unit = time_unit(sched.makespan)
+    # NOTE: one time unit and one byte unit per figure, picked from its largest
+    # value (the makespan; the peak or the budget), so a 33 MiB model reads in MiB
+    # and a 20 us one in us; every label and the title use the same two units.
+    tsize, unit = pick_unit(sched.makespan, TIME_UNITS)
+    top_bytes = max(sched.peak_bytes, sched.static_bytes, budget or 0)
+    msize, munit = pick_unit(top_bytes, BYTE_UNITS)
     fig = Figure(figsize=(11, 5.6), layout="constrained")
     gantt, memory = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [1.15, 1.0]})
 
@@ -109,9 +131,9 @@ def timeline_figure(
     bars: dict[tuple[Resource, OpKind], list[tuple[float, float]]] = {}
     for op in sched.operations():
         bars.setdefault((op.resource, op.kind), []).append(
-            (op.start * scale, (op.end - op.start) * scale)
+            (op.start / tsize, (op.end - op.start) / tsize)
         )
-    stalls = [(a * scale, (b - a) * scale) for a, b in _stalls(sched)]
+    stalls = [(a / tsize, (b - a) / tsize) for a, b in _stalls(sched)]
     y_c = lane_y[Resource.COMPUTE]
     if stalls:
         gantt.broken_barh(
@@ -145,51 +167,51 @@ def timeline_figure(
                 label=f"compute stalled ({stall_total:.3g} {unit})",
             )
         )
-    gantt.legend(
-        handles=handles,
-        loc="lower left",
-        bbox_to_anchor=(0, 1.0),
-        ncol=6,
-        frameon=False,
-        fontsize="small",
-    )
+    if handles:
+        gantt.legend(
+            handles=handles,
+            loc="lower left",
+            bbox_to_anchor=(0, 1.0),
+            ncol=6,
+            frameon=False,
+            fontsize="small",
+        )
 
-    gib = 2**30
     # Several events at one instant (frees first) leave zero-length dips; the
     # last level at each instant is the one that lasts, and never below a dip.
     last = np.append(np.diff(sched.memory_times) != 0, True)
-    times = sched.memory_times[last] * scale
-    level = sched.memory_bytes[last] / gib
+    times = sched.memory_times[last] / tsize
+    level = sched.memory_bytes[last] / msize
     memory.step(times, level, where="post", color="#333333", linewidth=1.0, label="device memory")
     memory.fill_between(times, level, step="post", color="#9ECAE1", alpha=0.5)
     memory.axhline(
-        sched.static_bytes / gib,
+        sched.static_bytes / msize,
         color="#777777",
         linestyle=":",
         linewidth=1,
-        label=f"static {sched.static_bytes / gib:.2f} GiB",
+        label=f"static {_number(sched.static_bytes / msize)} {munit}",
     )
     if budget is not None:
         memory.axhline(
-            budget / gib,
+            budget / msize,
             color=BUDGET_COLOR,
             linestyle="--",
             linewidth=1.3,
-            label=f"budget {budget / gib:.2f} GiB",
+            label=f"budget {_number(budget / msize)} {munit}",
         )
-    peak = sched.peak_bytes / gib
+    peak = sched.peak_bytes / msize
     memory.plot(
-        [sched.peak_time * scale],
+        [sched.peak_time / tsize],
         [peak],
         marker="v",
         color=BUDGET_COLOR if not sched.feasible else "#333333",
         linestyle="none",
-        label=f"peak {peak:.2f} GiB",
+        label=f"peak {_number(peak)} {munit}",
     )
-    top = max(peak, (budget or 0) / gib) * 1.12
+    top = top_bytes / msize * 1.12
     memory.set_ylim(0, top if top > 0 else 1)
-    memory.set_xlim(0, sched.makespan * scale * 1.005 if sched.makespan > 0 else 1)
-    memory.set_ylabel("device memory (GiB)")
+    memory.set_xlim(0, sched.makespan / tsize * 1.005 if sched.makespan > 0 else 1)
+    memory.set_ylabel(f"device memory ({munit})")
     memory.set_xlabel(f"time ({unit})")
     memory.grid(alpha=0.3)
     memory.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", frameon=False)
@@ -198,9 +220,9 @@ def timeline_figure(
         title = f"{profile.name}: {plan.summary()}"
     verdict = "" if budget is None else ("fits" if sched.feasible else "OVER BUDGET")
     fig.suptitle(
-        f"{title}\nmakespan {sched.makespan * scale:.4g} {unit} "
-        f"(+{100 * sched.overhead:.1f}% over T_ideal {sched.t_ideal * scale:.4g} {unit}), "
-        f"peak {peak:.2f} GiB {verdict}".rstrip(),
+        f"{title}\nmakespan {_number(sched.makespan / tsize)} {unit} "
+        f"(+{100 * sched.overhead:.1f}% over T_ideal {_number(sched.t_ideal / tsize)} {unit}), "
+        f"peak {_number(peak)} {munit} {verdict}".rstrip(),
         fontsize="medium",
     )
     return fig

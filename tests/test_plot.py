@@ -20,7 +20,8 @@ from planopt.experiment.analysis import gap_rows
 from planopt.experiment.jobs import make_jobs
 from planopt.experiment.robustness import advantage_rows, robustness_rows
 from planopt.experiment.sweep import SerialExecutor, run_sweep
-from planopt.plot import save_figure, timeline_figure
+from planopt.plot import BYTE_UNITS, TIME_UNITS, pick_unit, save_figure, timeline_figure
+from planopt.profile import Device, Layer, Profile
 
 pytest.importorskip("matplotlib")
 
@@ -80,6 +81,91 @@ def test_timeline_lanes_and_memory_match_the_schedule(greedy_plan):
     assert budget_lines[0].get_ydata()[0] == pytest.approx(budget / 2**30)
     title = fig._suptitle.get_text()
     assert f"+{100 * schedule.overhead:.1f}%" in title and "fits" in title
+
+
+MIB = 2**20
+
+
+@pytest.mark.parametrize(
+    ("largest", "expected"),
+    [
+        (0, (1, "B")),
+        (1023, (1, "B")),
+        (1024, (2**10, "KiB")),
+        (33 * MIB, (MIB, "MiB")),
+        (1023.9 * MIB, (MIB, "MiB")),
+        (1.5 * 2**30, (2**30, "GiB")),
+        (3 * 2**40, (2**40, "TiB")),
+        (5 * 2**50, (2**40, "TiB")),  # beyond the largest unit: stays in TiB
+    ],
+)
+def test_byte_unit_is_the_largest_the_value_fills(largest, expected):
+    assert pick_unit(largest, BYTE_UNITS) == expected
+
+
+@pytest.mark.parametrize(
+    ("largest", "expected"),
+    [
+        (25.0, (1.0, "s")),
+        (3.0, (1.0, "s")),
+        (1.0, (1.0, "s")),
+        (0.5, (1e-3, "ms")),
+        (0.003, (1e-3, "ms")),
+        (0.001, (1e-3, "ms")),
+        (2e-5, (1e-6, "us")),
+        (5e-9, (1e-6, "us")),
+        (0.0, (1e-6, "us")),
+    ],
+)
+def test_time_unit_is_the_largest_the_value_fills(largest, expected):
+    assert pick_unit(largest, TIME_UNITS) == expected
+
+
+def _small_model(seconds_per_layer: float) -> Profile:
+    """8 MiB of weights and five layers of 5 MiB each: about 33 MiB at its peak;
+    15 x `seconds_per_layer` of compute."""
+    device = Device("test-link", h2d_bandwidth=12e9, d2h_bandwidth=12e9)
+    layers = tuple(
+        Layer(f"l{k}", fwd=seconds_per_layer, bwd=2 * seconds_per_layer, saved_bytes=5 * MIB)
+        for k in range(5)
+    )
+    return Profile("small", device, static_bytes=8 * MIB, layers=layers)
+
+
+def _texts(fig) -> list[str]:
+    from matplotlib.text import Text
+
+    return [t.get_text() for t in fig.findobj(Text) if t.get_text()]
+
+
+def test_a_33_mib_model_is_labelled_in_mib():
+    profile = _small_model(1e-3)
+    plan = planopt.Plan.keep_all(profile)
+    schedule = planopt.simulate(profile, plan, None)
+    assert 30 * MIB < schedule.peak_bytes < 40 * MIB
+    budget = 36 * MIB
+    fig = timeline_figure(profile, plan, budget=budget)
+    _, memory = fig.axes[:2]
+    assert memory.get_ylabel() == "device memory (MiB)"
+    assert max(memory.lines[0].get_ydata()) == pytest.approx(schedule.peak_bytes / MIB)
+    legend = [t.get_text() for t in memory.get_legend().get_texts()]
+    assert "static 8 MiB" in legend and "budget 36 MiB" in legend
+    assert f"peak {schedule.peak_bytes / MIB:.4g} MiB" in legend
+    assert f"peak {schedule.peak_bytes / MIB:.4g} MiB fits" in fig._suptitle.get_text()
+    assert not [t for t in _texts(fig) if "GiB" in t]
+
+
+@pytest.mark.parametrize(
+    ("seconds_per_layer", "unit", "makespan"),
+    [(1e-3 / 5, "ms", 3), (2e-6, "us", 30), (0.2, "s", 3)],
+)
+def test_the_time_axis_is_in_the_unit_the_makespan_fills(seconds_per_layer, unit, makespan):
+    profile = _small_model(seconds_per_layer)
+    fig = timeline_figure(profile, planopt.Plan.keep_all(profile))
+    memory = fig.axes[1]
+    assert memory.get_xlabel() == f"time ({unit})"
+    assert memory.get_xlim()[1] == pytest.approx(makespan * 1.005, rel=1e-6)
+    assert f"makespan {makespan} {unit}" in fig._suptitle.get_text()
 
 
 def test_saved_figures(tmp_path, greedy_plan):

@@ -83,6 +83,8 @@ def _common(p: argparse.ArgumentParser) -> None:
 def _print_written(headline: dict) -> None:
     for path in headline["files"]:
         print(f"wrote {path}")
+    for figure, reason in headline.get("figures_skipped", []):
+        print(f"no figure {figure}: {reason}")
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:

@@ -11,6 +11,8 @@ produce the same files:
     <tables>/joint.md      (+ joint_*.csv)      when exact and restricted methods ran
     <tables>/robustness.md (+ robustness_*.csv) when draws > 0
     <figures>/overhead_vs_budget, gap_distribution, solve_time_vs_layers, robustness
+                                              each one the results can show; the
+                                              summary's `figures_skipped` says why not
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from planopt.budget import keep_all_peak
 from planopt.experiment import analysis, robustness
 from planopt.experiment.sweep import Result
 from planopt.experiment.tables import write_rows_csv, write_tables
@@ -47,7 +50,9 @@ def write_outputs(
     time_note: str = "",
     preamble: str = "",
 ) -> dict:
-    """Write every table and (with `figures_dir`) figure; returns the headline figures.
+    """Write every table and (with `figures_dir`) figure; returns the headline figures,
+    with `files` (every file written) and `figures_skipped` ([figure, reason] for each
+    figure the results cannot show).
 
     `time_results` (default: all) are the results the solve-time table and
     figure use (results naming a `backend` option get the figure's second
@@ -111,12 +116,21 @@ def write_outputs(
                 "Every number is scaled by its own factor drawn uniformly in [1 - r, 1 + r]."
             ).strip(),
         )
+    skipped: list[tuple[str, str]] = []
     if figures_dir is not None:
-        written += write_figures(
-            results, timed, rows, advantage, figures_dir, overhead_profiles=overhead_profiles
+        figures, skipped = write_figures(
+            results,
+            timed,
+            rows,
+            advantage,
+            figures_dir,
+            overhead_profiles=overhead_profiles,
+            profiles=profiles,
         )
+        written += figures
     headline = headline_figures(results, timed, rows, advantage)
     headline["files"] = [str(p) for p in written]
+    headline["figures_skipped"] = [list(pair) for pair in skipped]
     return headline
 
 
@@ -128,23 +142,49 @@ def write_figures(
     folder: str | Path,
     *,
     overhead_profiles: Sequence[str] | None = None,
-) -> list[Path]:
+    profiles: Mapping[str, Profile] | None = None,
+) -> tuple[list[Path], list[tuple[str, str]]]:
+    """Every figure the results can show, and (figure, reason) for each one they cannot.
+
+    NOTE: a figure is never dropped silently: the reason goes to the sweep's summary
+    (`figures_skipped`), which the command line prints next to the files written.
+    """
     from planopt.experiment import plots
 
+    drawers = {
+        "overhead_vs_budget": lambda: plots.overhead_vs_budget(
+            results,
+            profiles=overhead_profiles,
+            min_fractions=_min_fractions(results, profiles or {}),
+        ),
+        "gap_distribution": lambda: plots.gap_distribution(analysis.gap_rows(results)),
+        "solve_time_vs_layers": lambda: plots.solve_time_vs_layers(timed),
+        "robustness": lambda: plots.robustness_figure(rows, advantage),
+    }
     written: list[Path] = []
-    try:
-        fig = plots.overhead_vs_budget(results, profiles=overhead_profiles)
-    except ValueError:
-        fig = None  # no profile swept at three budgets or more: nothing to draw
-    if fig is not None:
-        written += plots.save_both(fig, folder, "overhead_vs_budget")
-    gap_rows = analysis.gap_rows(results)
-    if gap_rows:
-        written += plots.save_both(plots.gap_distribution(gap_rows), folder, "gap_distribution")
-    written += plots.save_both(plots.solve_time_vs_layers(timed), folder, "solve_time_vs_layers")
-    if rows:
-        written += plots.save_both(plots.robustness_figure(rows, advantage), folder, "robustness")
-    return written
+    skipped: list[tuple[str, str]] = []
+    for stem, draw in drawers.items():
+        try:
+            fig = draw()
+        except plots.NothingToDraw as why:
+            skipped.append((stem, str(why)))
+            continue
+        written += plots.save_both(fig, folder, stem)
+    return written, skipped
+
+
+def _min_fractions(results: Sequence[Result], profiles: Mapping[str, Profile]) -> dict:
+    """Each profile's minimum budget as a budget fraction (where the overhead figure
+    shades), from the profile itself: results at a single budget cannot place it."""
+    out: dict[str, float] = {}
+    for r in results:
+        profile = profiles.get(r.profile)
+        if profile is None or r.profile in out:
+            continue
+        activation = keep_all_peak(profile) - profile.static_bytes
+        if activation > 0:
+            out[r.profile] = (r.min_budget - profile.static_bytes) / activation
+    return out
 
 
 def _med(values: Sequence[float]) -> float | None:
