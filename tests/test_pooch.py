@@ -371,3 +371,11 @@ def test_pooch_under_a_work_limit_is_deterministic_and_fits(work):
     assert runs[0].schedule.feasible
     # it stops at the first check past its limit: at most one batched probe beyond it
     assert runs[0].work_used <= work + 60e-6 * (1 + 60 / 16)
+
+
+def test_pooch_returns_keep_all_at_once_when_it_fits():
+    profile = random_chain(5000, seed=1)
+    sol = planopt.solve(profile, planopt.keep_all_peak(profile) * 13, "greedy")
+    assert sol.plan.actions == (KEEP,) * 5000
+    assert sol.status is Status.OPTIMAL and sol.makespan == profile.t_ideal
+    assert sol.work_used <= 5000e-6  # one simulation
