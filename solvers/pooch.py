@@ -61,8 +61,12 @@ changes. Stage 1 skips the simulation of a keep whose kept bytes alone exceed
 the budget (`keeps_cannot_fit`, a proven lower bound).
 
 Determinism: every loop runs in layer order (ties by layer index). The time
-limit is checked between candidates; on expiry the current plan, which fits
-the budget at every step, is returned.
+and work limits are checked between candidates; on expiry the current plan,
+which fits the budget at every step, is returned.
+
+NOTE (size): one published algorithm whose four stages share one working
+plan and one set of acceptance helpers; this header's "published vs our
+reading" notes are the reason to keep them in one place.
 """
 
 from __future__ import annotations
