@@ -60,7 +60,7 @@ def random_chain(n: int, seed: int) -> Profile:
         kind = KINDS[kinds[i]]
         f = float(fwd[i]) * (0.15 if kind in CHEAP else 1.0)
         bwd = f * float(bwd_ratio[i])
-        layers.append(Layer(f"{kind}{i}", f, bwd, int(sizes[i]), signature=kind))
+        layers.append(Layer.v1(f"{kind}{i}", f, bwd, int(sizes[i]), signature=kind))
     static = int(0.2 * sizes.sum())
     return Profile(f"random-{n}-seed{seed}", DEVICE, static, tuple(layers))
 

@@ -169,7 +169,7 @@ def layer_keys(
 
 def _numbers(layer) -> np.ndarray:
     return np.array(
-        [layer.fwd, layer.bwd, layer.saved_bytes, layer.fwd_work_bytes, layer.bwd_work_bytes],
+        [layer.fwd, layer.bwd, layer.product_bytes, layer.fwd_work_bytes, layer.bwd_work_bytes],
         dtype=float,
     )
 

@@ -1,21 +1,25 @@
 """Budgets: the minimum any plan needs, fractions of keep-all, and parsing.
 
-NOTE (why `min_budget` is exact): strictly inside a forward `F_i` of positive
-duration the spec keeps `s_{i-1}` (every action frees it no earlier than the
-end of `F_i`), `s_i` and the forward scratch alive; strictly inside a backward
-`B_i` of positive duration it keeps `s_i` and the backward scratch. So every
-plan peaks at no less than
+NOTE (the minimum budget, spec v2): strictly inside a forward `F_i` of
+positive duration every plan holds `x_i` (layer `i-1`'s output: every action
+frees it no earlier than the end of `F_i`), layer `i`'s internals and output
+(allocated at the start of `F_i`) and the forward scratch; strictly inside a
+backward `B_i` of positive duration it holds what `B_i` reads (its
+internals, its output if `saves_output`, its input if `saves_input`), the
+gradients `g_i` (written by `B_i`) and `g_{i+1}` (freed at the end of
+`B_i`), every parameter gradient allocated since `B_{L-1}` and the
+backward scratch. So every plan peaks at no less than
 
-    static + max( max_{i: fwd_i > 0} s_{i-1} + s_i + fwd_work_i,
-                  max_{i: bwd_i > 0} s_i + bwd_work_i )
+    static + max( max_{i: fwd_i > 0} o_{i-1} + s_i + o_i + fwd_work_i,
+                  max_{i: bwd_i > 0} read_i + g_i + g_{i+1} + sum_{j >= i} pg_j + bwd_work_i )
 
-and `min_memory_plan` (every layer swapped, each forward waiting for the
-previous copy out with `swap_wait = i + 1`, each copy back issued at the step
-that needs it) peaks at exactly that when every time is positive. With
-zero-duration layers (whose tensors the free-before-allocate rule may make
-vanish) the witness can exceed the bound; `min_budget_info` then says the
-value is a proven lower bound, not exact. The tests check both halves
-against brute force.
+`min_memory_plan` (every layer swapped, each forward waiting for the
+previous copy out with `swap_wait = i + 1`, each copy back issued at the
+step that needs it) peaks at exactly that when every time is positive and
+a swap's one copy back holds nothing its first reader does not read (always
+under version 1, whose bound this is too). Otherwise the witness can exceed
+the bound; `min_budget_info` then says the value is a proven lower bound,
+not exact. The tests check both halves against brute force.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import math
 import re
 
 from planopt.errors import BudgetError
-from planopt.plan import KEEP, SWAP, Plan
+from planopt.plan import KEEP, SWAP, Plan, need_indices
 from planopt.profile import Profile
 
 _UNITS = {
@@ -44,15 +48,24 @@ _BUDGET_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z%]
 
 def memory_lower_bound(profile: Profile) -> int:
     """The bound of the module note: no plan peaks below it."""
+    layers = profile.layers
+    n = len(layers)
     best = 0
-    prev = 0
-    for layer in profile.layers:
-        s = layer.saved_bytes
+    param_grads = 0  # sum of pg_j for j >= i
+    for i in range(n - 1, -1, -1):
+        layer = layers[i]
+        param_grads += layer.param_grad_bytes
+        below = layers[i - 1].out_bytes if i > 0 else 0
         if layer.fwd > 0:
-            best = max(best, prev + s + layer.fwd_work_bytes)
+            best = max(best, below + layer.saved_bytes + layer.out_bytes + layer.fwd_work_bytes)
         if layer.bwd > 0:
-            best = max(best, s + layer.bwd_work_bytes)
-        prev = s
+            read = (
+                (layer.saved_bytes if layer.saved_bytes > 0 else 0)
+                + (layer.out_bytes if layer.saves_output else 0)
+                + (below if layer.saves_input else 0)
+            )
+            grads = layer.input_grad_bytes + (layers[i + 1].input_grad_bytes if i + 1 < n else 0)
+            best = max(best, read + grads + param_grads + layer.bwd_work_bytes)
     return profile.static_bytes + best
 
 
@@ -80,7 +93,8 @@ def min_memory_plan(profile: Profile) -> Plan:
     actions = [SWAP] * n
     if n:
         actions[-1] = KEEP  # nothing above it to wait; keeping it costs the same bytes
-    prefetch = [i if i < n - 1 else None for i in range(n)]
+    need = need_indices(actions, profile)
+    prefetch = [need[i] if i < n - 1 else None for i in range(n)]
     wait = [i + 1 if i < n - 1 else None for i in range(n)]
     return Plan.build(actions, prefetch, wait, profile=profile)
 

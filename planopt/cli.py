@@ -278,7 +278,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
             layer.name,
             human_seconds(layer.fwd),
             human_seconds(layer.bwd),
-            human_bytes(layer.saved_bytes),
+            human_bytes(layer.product_bytes),
         ]
         if args.plan is not None:
             row.append(_action_cell(plan, i))

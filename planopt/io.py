@@ -1,7 +1,10 @@
-"""The versioned JSON formats `planopt.profile/1` and `planopt.plan/1` (spec: "File formats").
+"""Versioned JSON formats: `planopt.profile/2` (and /1), `planopt.plan/1` (spec: "File formats").
 
 Parsing checks the shape of the document (missing, unknown or mistyped
 fields) and names the layer and field; the dataclasses then check values.
+A `planopt.profile/1` document is read as the spec's version-1 reading
+(`Layer.v1`: its one saved size is the layer's output, read by its own
+backward); writers always emit version 2.
 """
 
 from __future__ import annotations
@@ -13,13 +16,25 @@ from typing import Any
 
 from planopt.errors import FormatError, InvalidPlanError, InvalidProfileError, where
 from planopt.plan import SWAP, Plan, parse_action
-from planopt.profile import Device, Layer, Profile
+from planopt.profile import Device, Layer, Profile, check_bytes
 
-PROFILE_FORMAT = "planopt.profile/1"
+PROFILE_FORMAT = "planopt.profile/2"
+PROFILE_FORMAT_V1 = "planopt.profile/1"
 PLAN_FORMAT = "planopt.plan/1"
 
-_LAYER_REQUIRED = ("name", "fwd", "bwd", "saved_bytes")
-_LAYER_OPTIONAL = ("fwd_work_bytes", "bwd_work_bytes", "signature")
+_LAYER_REQUIRED = ("name", "fwd", "bwd", "out_bytes")
+_LAYER_OPTIONAL = (
+    "saved_bytes",
+    "saves_input",
+    "saves_output",
+    "input_grad_bytes",
+    "param_grad_bytes",
+    "fwd_work_bytes",
+    "bwd_work_bytes",
+    "signature",
+)
+_V1_LAYER_REQUIRED = ("name", "fwd", "bwd", "saved_bytes")
+_V1_LAYER_OPTIONAL = ("fwd_work_bytes", "bwd_work_bytes", "signature")
 _DEVICE_REQUIRED = ("h2d_bandwidth", "d2h_bandwidth")
 _DEVICE_OPTIONAL = ("name", "transfer_latency")
 _PLAN_LAYER_FIELDS = ("name", "action", "prefetch_at", "swap_wait")
@@ -47,11 +62,13 @@ def _read_json(source: str | os.PathLike | dict, kind: str) -> dict:
     return data
 
 
-def _check_format(data: dict, expected: str) -> None:
+def _check_format(data: dict, *expected: str) -> str:
     got = data.get("format")
-    if got != expected:
-        kind = expected.split("/")[0].split(".")[1]
-        raise FormatError(f"{kind}: format must be {expected!r}, got {got!r}")
+    if got not in expected:
+        kind = expected[0].split("/")[0].split(".")[1]
+        choices = " or ".join(repr(e) for e in expected)
+        raise FormatError(f"{kind}: format must be {choices}, got {got!r}")
+    return got
 
 
 def _check_keys(
@@ -72,11 +89,46 @@ def _check_keys(
 # -- profile -------------------------------------------------------------------
 
 
+def _layer_v2(raw: dict) -> Layer:
+    return Layer(
+        name=raw["name"],
+        fwd=raw["fwd"],
+        bwd=raw["bwd"],
+        out_bytes=raw["out_bytes"],
+        saved_bytes=raw.get("saved_bytes", 0),
+        saves_input=raw.get("saves_input", False),
+        saves_output=raw.get("saves_output", False),
+        input_grad_bytes=raw.get("input_grad_bytes", 0),
+        param_grad_bytes=raw.get("param_grad_bytes", 0),
+        fwd_work_bytes=raw.get("fwd_work_bytes", 0),
+        bwd_work_bytes=raw.get("bwd_work_bytes", 0),
+        signature=raw.get("signature"),
+    )
+
+
+def _layer_v1(raw: dict, at: str) -> Layer:
+    # Checked under its version-1 name: the layer stores it as `out_bytes`.
+    saved = check_bytes(raw["saved_bytes"], f"{at}: saved_bytes")
+    return Layer.v1(
+        name=raw["name"],
+        fwd=raw["fwd"],
+        bwd=raw["bwd"],
+        saved_bytes=saved,
+        fwd_work_bytes=raw.get("fwd_work_bytes", 0),
+        bwd_work_bytes=raw.get("bwd_work_bytes", 0),
+        signature=raw.get("signature"),
+    )
+
+
 def profile_from_dict(data: dict) -> Profile:
-    """A `Profile` from the parsed JSON of a `planopt.profile/1` document."""
+    """A `Profile` from the parsed JSON of a `planopt.profile/2` (or /1) document."""
     if not isinstance(data, dict):
         raise InvalidProfileError(f"profile: must be a JSON object, got {type(data).__name__}")
-    _check_format(data, PROFILE_FORMAT)
+    version = _check_format(data, PROFILE_FORMAT, PROFILE_FORMAT_V1)
+    v1 = version == PROFILE_FORMAT_V1
+    required, optional = (
+        (_V1_LAYER_REQUIRED, _V1_LAYER_OPTIONAL) if v1 else (_LAYER_REQUIRED, _LAYER_OPTIONAL)
+    )
     _check_keys(
         data,
         ("format", "device", "static_bytes", "layers"),
@@ -101,18 +153,8 @@ def profile_from_dict(data: dict) -> Profile:
     for i, raw in enumerate(raw_layers):
         name = raw.get("name") if isinstance(raw, dict) else None
         at = where(i, name if isinstance(name, str) else None)
-        _check_keys(raw, _LAYER_REQUIRED, _LAYER_OPTIONAL, at, InvalidProfileError)
-        layers.append(
-            Layer(
-                name=raw["name"],
-                fwd=raw["fwd"],
-                bwd=raw["bwd"],
-                saved_bytes=raw["saved_bytes"],
-                fwd_work_bytes=raw.get("fwd_work_bytes", 0),
-                bwd_work_bytes=raw.get("bwd_work_bytes", 0),
-                signature=raw.get("signature"),
-            )
-        )
+        _check_keys(raw, required, optional, at, InvalidProfileError)
+        layers.append(_layer_v1(raw, at) if v1 else _layer_v2(raw))
     return Profile(
         name=data.get("name", "profile"),
         device=device,
@@ -139,7 +181,12 @@ def profile_to_dict(profile: Profile) -> dict:
             "name": layer.name,
             "fwd": layer.fwd,
             "bwd": layer.bwd,
+            "out_bytes": layer.out_bytes,
             "saved_bytes": layer.saved_bytes,
+            "saves_input": layer.saves_input,
+            "saves_output": layer.saves_output,
+            "input_grad_bytes": layer.input_grad_bytes,
+            "param_grad_bytes": layer.param_grad_bytes,
             "fwd_work_bytes": layer.fwd_work_bytes,
             "bwd_work_bytes": layer.bwd_work_bytes,
             "signature": layer.signature,

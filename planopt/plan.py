@@ -44,27 +44,48 @@ def parse_action(value: Any, index: int, name: str | None = None) -> Action:
         ) from None
 
 
-def need_indices(actions: Sequence[Action]) -> list[int]:
-    """`need(i)` for every layer: the backward step by which `s_i` must be back.
+def block_step(actions: Sequence[Action], top: int, profile: Profile | None = None) -> int:
+    """The backward step at which the recompute run ending at `top` is regenerated.
 
-    It is `i`, or, when `i+1` is recompute, the top of that recompute run,
-    because the run is regenerated from `s_i` just before the top's backward.
+    `top + 1` when that layer exists and its backward reads the run's top
+    output (`saves_input`), else `top` (spec v2: "The plan"; without a
+    profile, version 1's rule: always `top`).
+    """
+    nxt = top + 1
+    if profile is not None and nxt < len(actions) and profile.layers[nxt].saves_input:
+        return nxt
+    return top
+
+
+def need_indices(actions: Sequence[Action], profile: Profile | None = None) -> list[int]:
+    """`need(i)` for every layer: the highest backward step holding a reader of layer
+    `i`'s products (`i`, `i+1`, or the step of the recompute block above), `i` if none.
+
+    Without a profile, version 1's rule (every layer's backward reads its own
+    output, none reads its input): `i`, or the top of the recompute run above.
+    Version 2's need is never below version 1's, so a plan valid for the
+    profile also passes the profile-free check.
     """
     n = len(actions)
     need = list(range(n))
+    layers = None if profile is None else profile.layers
     i = n - 1
     while i >= 0:
         if actions[i] is RECOMPUTE:
-            run_top = i
+            top = i
             j = i
             while j >= 0 and actions[j] is RECOMPUTE:
                 j -= 1
-            # j is the base below the run (or -1); the run is j+1 .. run_top.
+            # j is the base below the run (or -1); the run is j+1 .. top.
             if j >= 0:
-                need[j] = run_top
+                need[j] = block_step(actions, top, profile)
             i = j
         else:
             i -= 1
+    if layers is not None:
+        for i in range(n - 1):
+            if layers[i + 1].saves_input and need[i] < i + 1:
+                need[i] = i + 1
     return need
 
 
@@ -157,7 +178,11 @@ class Plan:
         """
         n = len(actions)
         acts = [parse_action(a, i) for i, a in enumerate(actions)]
-        need = need_indices(acts)
+        if profile is not None and len(profile.layers) != n:
+            raise InvalidPlanError(
+                f"plan: must have one entry per profile layer ({len(profile.layers)}), got {n}"
+            )
+        need = need_indices(acts, profile)
         prefetch = list(prefetch_at) if prefetch_at is not None else [None] * n
         wait = list(swap_wait) if swap_wait is not None else [None] * n
         if len(prefetch) == n:
@@ -190,8 +215,9 @@ class Plan:
     def __len__(self) -> int:
         return len(self.actions)
 
-    def need(self) -> list[int]:
-        return need_indices(self.actions)
+    def need(self, profile: Profile | None = None) -> list[int]:
+        """`need(i)` per layer (version 1's rule without `profile`)."""
+        return need_indices(self.actions, profile)
 
     def runs(self) -> list[tuple[int, int]]:
         return recompute_runs(self.actions)
@@ -216,6 +242,15 @@ class Plan:
                 if mine is not None and mine != theirs:
                     raise InvalidPlanError(
                         f"{where(i, theirs)}: name must match the profile, got {mine!r}"
+                    )
+        if not profile.is_v1:
+            need = need_indices(self.actions, profile)
+            for i, action in enumerate(self.actions):
+                if action is SWAP and self.prefetch_at[i] < need[i]:
+                    raise InvalidPlanError(
+                        f"{where(i, profile.names[i])}: prefetch_at must be in "
+                        f"[{need[i]}, {n - 1}] (need({i}) under this profile), "
+                        f"got {self.prefetch_at[i]}"
                     )
 
     def for_profile(self, profile: Profile) -> Plan:

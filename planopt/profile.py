@@ -34,7 +34,7 @@ def _check_seconds(value: Any, what: str, *, positive: bool = False) -> float:
     return float(value)
 
 
-def _check_bytes(value: Any, what: str) -> int:
+def check_bytes(value: Any, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidProfileError(f"{what} must be an integer number of bytes, got {value!r}")
     if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
@@ -83,17 +83,76 @@ class Device:
         return self.transfer_latency + nbytes / self.h2d_bandwidth
 
 
+def _check_flag(value: Any, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidProfileError(f"{what} must be true or false, got {value!r}")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class Layer:
-    """One element of the chain; `saved_bytes` is the spec's `s_i`."""
+    """One element of the chain (spec v2: "The network").
+
+    Its products are its output `x_{i+1}` (`out_bytes`) and its internals
+    (`saved_bytes`, what `F_i` creates and `B_i` reads besides its input and
+    output). `saves_input`/`saves_output` say which of `x_i`, `x_{i+1}` its
+    backward reads; `input_grad_bytes` is the gradient of `x_i` that `B_i`
+    writes and `param_grad_bytes` the parameter gradients it first
+    allocates. `Layer.v1(...)` builds the version-1 reading of one number.
+    """
 
     name: str
     fwd: float
     bwd: float
-    saved_bytes: int
+    out_bytes: int
+    saved_bytes: int = 0
+    saves_input: bool = False
+    saves_output: bool = False
+    input_grad_bytes: int = 0
+    param_grad_bytes: int = 0
     fwd_work_bytes: int = 0
     bwd_work_bytes: int = 0
     signature: str | None = None
+
+    @classmethod
+    def v1(
+        cls,
+        name: str,
+        fwd: float,
+        bwd: float,
+        saved_bytes: int,
+        fwd_work_bytes: int = 0,
+        bwd_work_bytes: int = 0,
+        signature: str | None = None,
+    ) -> Layer:
+        """A version-1 layer, read as the spec says: its one saved tensor is its
+        output, read by its own backward (`saves_output`), no gradients."""
+        return cls(
+            name=name,
+            fwd=fwd,
+            bwd=bwd,
+            out_bytes=saved_bytes,
+            saves_output=True,
+            fwd_work_bytes=fwd_work_bytes,
+            bwd_work_bytes=bwd_work_bytes,
+            signature=signature,
+        )
+
+    @property
+    def is_v1(self) -> bool:
+        """Whether this layer is the version-1 reading of one saved size."""
+        return (
+            self.saved_bytes == 0
+            and self.saves_output
+            and not self.saves_input
+            and self.input_grad_bytes == 0
+            and self.param_grad_bytes == 0
+        )
+
+    @property
+    def product_bytes(self) -> int:
+        """Output plus internals: what the layer's forward leaves behind."""
+        return self.out_bytes + self.saved_bytes
 
     def validated(self, index: int) -> Layer:
         """A copy with numbers normalised; errors name `index` and the field."""
@@ -104,13 +163,24 @@ class Layer:
             raise InvalidProfileError(
                 f"{at}: signature must be a string or null, got {self.signature!r}"
             )
+        input_grad = check_bytes(self.input_grad_bytes, f"{at}: input_grad_bytes")
+        if index == 0 and input_grad:
+            raise InvalidProfileError(
+                f"{at}: input_grad_bytes must be 0 for layer 0 (its input is the batch), "
+                f"got {input_grad}"
+            )
         return Layer(
             name=self.name,
             fwd=_check_seconds(self.fwd, f"{at}: fwd"),
             bwd=_check_seconds(self.bwd, f"{at}: bwd"),
-            saved_bytes=_check_bytes(self.saved_bytes, f"{at}: saved_bytes"),
-            fwd_work_bytes=_check_bytes(self.fwd_work_bytes, f"{at}: fwd_work_bytes"),
-            bwd_work_bytes=_check_bytes(self.bwd_work_bytes, f"{at}: bwd_work_bytes"),
+            out_bytes=check_bytes(self.out_bytes, f"{at}: out_bytes"),
+            saved_bytes=check_bytes(self.saved_bytes, f"{at}: saved_bytes"),
+            saves_input=_check_flag(self.saves_input, f"{at}: saves_input"),
+            saves_output=_check_flag(self.saves_output, f"{at}: saves_output"),
+            input_grad_bytes=input_grad,
+            param_grad_bytes=check_bytes(self.param_grad_bytes, f"{at}: param_grad_bytes"),
+            fwd_work_bytes=check_bytes(self.fwd_work_bytes, f"{at}: fwd_work_bytes"),
+            bwd_work_bytes=check_bytes(self.bwd_work_bytes, f"{at}: bwd_work_bytes"),
             signature=self.signature,
         )
 
@@ -131,7 +201,7 @@ class Profile:
         if not isinstance(self.device, Device):
             raise InvalidProfileError(f"profile: device must be a Device, got {self.device!r}")
         object.__setattr__(
-            self, "static_bytes", _check_bytes(self.static_bytes, "profile: static_bytes")
+            self, "static_bytes", check_bytes(self.static_bytes, "profile: static_bytes")
         )
         layers = tuple(self.layers)
         if not layers:
@@ -166,13 +236,20 @@ class Profile:
         return tuple(layer.name for layer in self.layers)
 
     @cached_property
+    def is_v1(self) -> bool:
+        """Whether every layer is the version-1 reading of one saved size (see `Layer.v1`)."""
+        return all(layer.is_v1 for layer in self.layers)
+
+    @cached_property
     def fingerprint(self) -> str:
         """Hash of everything that changes a plan's meaning or cost.
 
         The profile's own `name` and `source` are metadata and left out, so a
-        renamed copy of the same measurements accepts the same plans.
+        renamed copy of the same measurements accepts the same plans. A
+        profile that is the version-1 reading of one saved size per layer
+        hashes exactly as version 1 did, so plans saved then stay valid.
         """
-        payload = {
+        payload: dict[str, Any] = {
             "device": [
                 self.device.h2d_bandwidth,
                 self.device.d2h_bandwidth,
@@ -184,13 +261,24 @@ class Profile:
                     layer.name,
                     layer.fwd,
                     layer.bwd,
-                    layer.saved_bytes,
+                    layer.out_bytes if self.is_v1 else layer.saved_bytes,
                     layer.fwd_work_bytes,
                     layer.bwd_work_bytes,
                 ]
                 for layer in self.layers
             ],
         }
+        if not self.is_v1:
+            payload["v2"] = [
+                [
+                    layer.out_bytes,
+                    layer.saves_input,
+                    layer.saves_output,
+                    layer.input_grad_bytes,
+                    layer.param_grad_bytes,
+                ]
+                for layer in self.layers
+            ]
         text = json.dumps(payload, separators=(",", ":"), allow_nan=True)
         return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:32]
 

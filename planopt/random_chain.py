@@ -55,13 +55,9 @@ def repeated_chain(
     if repeats and not block:
         raise InvalidProfileError("repeated_chain: block must hold at least one layer, got 0")
     body = [
-        Layer(
+        dataclasses.replace(
+            layer,
             name=f"b{r}.{layer.name}",
-            fwd=layer.fwd,
-            bwd=layer.bwd,
-            saved_bytes=layer.saved_bytes,
-            fwd_work_bytes=layer.fwd_work_bytes,
-            bwd_work_bytes=layer.bwd_work_bytes,
             signature=layer.signature if layer.signature is not None else layer.name,
         )
         for r in range(repeats)
@@ -87,7 +83,7 @@ def _layer(
     bwork: float = 0.0,
     signature: str | None = None,
 ) -> Layer:
-    return Layer(name, fwd, bwd, _bytes(saved), _bytes(fwork), _bytes(bwork), signature)
+    return Layer.v1(name, fwd, bwd, _bytes(saved), _bytes(fwork), _bytes(bwork), signature)
 
 
 def _uniform(rng: np.random.Generator, n: int) -> list[Layer]:
@@ -216,19 +212,8 @@ def random_chain(
             )
     rng = np.random.default_rng(seed)
     drawn = _family(rng, family, n_layers, float(noise))
-    layers = tuple(
-        Layer(
-            f"l{i}",
-            layer.fwd,
-            layer.bwd,
-            layer.saved_bytes,
-            layer.fwd_work_bytes,
-            layer.bwd_work_bytes,
-            layer.signature,
-        )
-        for i, layer in enumerate(drawn)
-    )
-    static = round(static_fraction * sum(layer.saved_bytes for layer in layers))
+    layers = tuple(dataclasses.replace(layer, name=f"l{i}") for i, layer in enumerate(drawn))
+    static = round(static_fraction * sum(layer.product_bytes for layer in layers))
     return Profile(
         name=f"random-{family}-n{n_layers}-seed{seed}",
         device=DEFAULT_DEVICE if device is None else device,

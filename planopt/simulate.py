@@ -46,6 +46,21 @@ class Timing:
     makespan: float
 
 
+@dataclass(frozen=True, slots=True)
+class Runs:
+    """The plan's recompute runs, where each is regenerated, and who reads each output.
+
+    `block_at[u]` is the run `(first, top)` regenerated at backward step `u`
+    (at most one per step). `out_read[i]` says the output of layer `i` has a
+    backward reader under this plan: `B_i` (`saves_output`), `B_{i+1}`
+    (`saves_input` of the next layer) or the block of the run starting at
+    `i+1` (spec v2: "Layer i's products").
+    """
+
+    block_at: dict[int, tuple[int, int]]
+    out_read: list[bool]
+
+
 class Scorer:
     """Scores plans on one profile; holds the profile's numbers as flat lists.
 
@@ -58,17 +73,77 @@ class Scorer:
     def __init__(self, profile: Profile) -> None:
         self.profile = profile
         layers = profile.layers
-        self.n = len(layers)
+        n = self.n = len(layers)
         self.fwd = [layer.fwd for layer in layers]
         self.bwd = [layer.bwd for layer in layers]
-        self.size = [layer.saved_bytes for layer in layers]
+        self.out = [layer.out_bytes for layer in layers]
+        self.internals = [layer.saved_bytes for layer in layers]
+        self.saves_input = [layer.saves_input for layer in layers] + [False]
+        self.saves_output = [layer.saves_output for layer in layers]
+        # The output has a reader whatever the plan (a recompute block above may add one).
+        self.out_read_always = [self.saves_output[i] or self.saves_input[i + 1] for i in range(n)]
         dev = profile.device
-        self.out_dur = [dev.d2h_seconds(s) for s in self.size]
-        self.back_dur = [dev.h2d_seconds(s) for s in self.size]
+        self.device = dev
+        # Copy durations when the output is copied too, and when only internals are.
+        with_out = [s + o for s, o in zip(self.internals, self.out, strict=True)]
+        self._out_dur = (
+            [dev.d2h_seconds(s) for s in self.internals],
+            [dev.d2h_seconds(c) for c in with_out],
+        )
+        self._back_dur = (
+            [dev.h2d_seconds(s) for s in self.internals],
+            [dev.h2d_seconds(c) for c in with_out],
+        )
         self.static = profile.static_bytes
-        self._size = np.array(self.size, dtype=np.int64)
+        self._out = np.array(self.out, dtype=np.int64)
+        self._int = np.array(self.internals, dtype=np.int64)
         self._fw = np.array([layer.fwd_work_bytes for layer in layers], dtype=np.int64)
         self._bw = np.array([layer.bwd_work_bytes for layer in layers], dtype=np.int64)
+        self._grad = np.array([layer.input_grad_bytes for layer in layers], dtype=np.int64)
+        self._pgrad = np.array([layer.param_grad_bytes for layer in layers], dtype=np.int64)
+        self._saves_out = np.array(self.saves_output, dtype=bool)
+        self._saves_in_next = np.array(self.saves_input[1:], dtype=bool)
+
+    # -- the plan's structure ------------------------------------------------------
+
+    def runs(self, actions: Sequence[Action]) -> Runs:
+        """Recompute runs with their block steps, and which outputs have a reader."""
+        n = self.n
+        block_at: dict[int, tuple[int, int]] = {}
+        out_read = list(self.out_read_always)
+        i = 0
+        while i < n:
+            if actions[i] is RECOMPUTE:
+                first = i
+                while i + 1 < n and actions[i + 1] is RECOMPUTE:
+                    i += 1
+                step = i + 1 if i + 1 < n and self.saves_input[i + 1] else i
+                block_at[step] = (first, i)
+                if first > 0:
+                    out_read[first - 1] = True  # the block's base
+            i += 1
+        return Runs(block_at, out_read)
+
+    def copy_bytes(self, i: int, runs: Runs) -> int:
+        """`c_i`: what a swap of layer `i` copies (its internals, and its output if read)."""
+        return self.internals[i] + (self.out[i] if runs.out_read[i] else 0)
+
+    def copy_durations(self, actions: Sequence[Action], runs: Runs | None = None):
+        """Per-layer copy-out and copy-back seconds of this plan's swaps (lists)."""
+        runs = runs or self.runs(actions)
+        pick = [1 if r else 0 for r in runs.out_read]
+        out_dur = [self._out_dur[p][i] for i, p in enumerate(pick)]
+        back_dur = [self._back_dur[p][i] for i, p in enumerate(pick)]
+        return out_dur, back_dur
+
+    def reads_back(self, t: int, actions: Sequence[Action]) -> list[int]:
+        """Swap layers whose copy back `B_t` must wait for (layer `t`, layer `t-1`)."""
+        out = []
+        if actions[t] is SWAP and (self.internals[t] > 0 or self.saves_output[t]):
+            out.append(t)
+        if t > 0 and self.saves_input[t] and actions[t - 1] is SWAP:
+            out.append(t - 1)
+        return out
 
     # -- times --------------------------------------------------------------
 
@@ -78,15 +153,14 @@ class Scorer:
         prefetch_at: Sequence[int | None],
         swap_wait: Sequence[int | None],
         free_copies: Collection[int] = (),
+        runs: Runs | None = None,
     ) -> Timing:
         n = self.n
         fwd, bwd = self.fwd, self.bwd
-        out_dur, back_dur = self.out_dur, self.back_dur
-        if free_copies:
-            out_dur = list(out_dur)
-            back_dur = list(back_dur)
-            for i in free_copies:
-                out_dur[i] = back_dur[i] = 0.0
+        runs = runs or self.runs(actions)
+        out_dur, back_dur = self.copy_durations(actions, runs)
+        for i in free_copies:
+            out_dur[i] = back_dur[i] = 0.0
 
         waiters: dict[int, list[int]] = {}
         prefetches: dict[int, list[int]] = {}
@@ -125,6 +199,7 @@ class Scorer:
         b_start = [_NAN] * n
         b_end = [_NAN] * n
         h2d_free = 0.0
+        block_at = runs.block_at
         # Backward steps L-1 .. 0. `clock` is when the previous compute op ends,
         # which is also when step t is issued.
         for t in range(n - 1, -1, -1):
@@ -137,18 +212,18 @@ class Scorer:
                     back_start[i] = start
                     h2d_free = start + back_dur[i]
                     back_end[i] = h2d_free
-            if actions[t] is RECOMPUTE and (t == n - 1 or actions[t + 1] is not RECOMPUTE):
-                k = t - 1
-                while k >= 0 and actions[k] is RECOMPUTE:
-                    k -= 1
+            if t in block_at:
+                first, top = block_at[t]
+                k = first - 1
                 if k >= 0 and actions[k] is SWAP and back_end[k] > clock:
                     clock = back_end[k]
-                for j in range(k + 1, t + 1):
+                for j in range(first, top + 1):
                     r_start[j] = clock
                     clock += fwd[j]
                     r_end[j] = clock
-            if actions[t] is SWAP and back_end[t] > clock:
-                clock = back_end[t]
+            for i in self.reads_back(t, actions):
+                if back_end[i] > clock:
+                    clock = back_end[i]
             b_start[t] = clock
             clock += bwd[t]
             b_end[t] = clock
@@ -173,7 +248,7 @@ class Scorer:
 
     # -- memory -------------------------------------------------------------
 
-    def _tensors(self, actions: Sequence[Action], tm: Timing):
+    def _tensors(self, actions: Sequence[Action], tm: Timing, runs: Runs):
         """(alloc time, free time, bytes) of every tensor of the spec's memory table."""
         n = self.n
         code = np.fromiter(
@@ -188,36 +263,83 @@ class Scorer:
         r_end = np.array(tm.r_end)
         out_end = np.array(tm.out_end)
         back_start = np.array(tm.back_start)
-        # "end of F_{i+1} (end of F_i for the last layer)"
-        f_end_next = np.append(f_end[1:], f_end[-1])
-        saved_free = np.where(keep, b_end, np.where(rec, f_end_next, np.fmax(out_end, f_end_next)))
         zero = np.zeros(n, dtype=np.int64)
+        nan = np.full(n, np.nan)
+        # "end of F_{i+1} (end of F_i for the last layer)": an output's forward use
+        fwd_use = np.append(f_end[1:], f_end[-1])
+        b_end_next = np.append(b_end[1:], np.nan)
+        r_end_next = np.append(r_end[1:], np.nan)
+        # The output's last backward reader: B_i, else B_{i+1}, else the block above
+        # (which reads its base until the end of its first forward, F_{i+1}).
+        out_read = np.array(runs.out_read, dtype=bool)
+        last_read = np.where(
+            self._saves_out, b_end, np.where(self._saves_in_next, b_end_next, r_end_next)
+        )
+        has_int = self._int > 0
+        int_free = np.where(keep, b_end, np.where(swap, np.fmax(out_end, f_end), f_end))
+        int_free = np.where(has_int, int_free, f_end)
+        out_free = np.where(keep, last_read, np.where(swap, np.fmax(out_end, fwd_use), fwd_use))
+        out_free = np.where(out_read & ~rec, out_free, fwd_use)
+        # Regenerated in a block: internals to B_j; the output to its last reader
+        # (B_j, else B_{j+1}), else to the end of its forward use in the block.
+        regen_use = np.append(r_end[1:], np.nan)
+        top = rec & ~np.append(rec[1:], False)
+        regen_use = np.where(top, r_end, regen_use)
+        regen_out_free = np.where(
+            self._saves_out, b_end, np.where(self._saves_in_next, b_end_next, regen_use)
+        )
+        back_out = swap & out_read
+        g_free = np.append(nan[:1], b_end[:-1])  # g_i is freed at the end of B_{i-1}
         allocs = [
-            f_start,
-            f_start,
-            np.where(swap, back_start, 0.0),
-            np.where(rec, r_start, 0.0),
-            np.where(rec, r_start, 0.0),
-            b_start,
+            f_start,  # internals
+            f_start,  # output
+            f_start,  # forward scratch
+            np.where(swap, back_start, 0.0),  # copied back: internals
+            np.where(back_out, back_start, 0.0),  # copied back: output
+            np.where(rec, r_start, 0.0),  # regenerated internals
+            np.where(rec, r_start, 0.0),  # regenerated output
+            np.where(rec, r_start, 0.0),  # scratch of the block's forward
+            b_start,  # input gradient
+            b_start,  # parameter gradients
+            b_start,  # backward scratch
         ]
-        frees = [saved_free, f_end, b_end, b_end, np.where(rec, r_end, 0.0), b_end]
+        frees = [
+            int_free,
+            out_free,
+            f_end,
+            b_end,
+            np.where(back_out, last_read, 0.0),
+            b_end,
+            np.where(rec, regen_out_free, 0.0),
+            np.where(rec, r_end, 0.0),
+            g_free,
+            np.full(n, np.inf),
+            b_end,
+        ]
         sizes = [
-            self._size,
+            self._int,
+            self._out,
             self._fw,
-            np.where(swap, self._size, zero),
-            np.where(rec, self._size, zero),
+            np.where(swap, self._int, zero),
+            np.where(back_out, self._out, zero),
+            np.where(rec, self._int, zero),
+            np.where(rec, self._out, zero),
             np.where(rec, self._fw, zero),
+            self._grad,
+            self._pgrad,
             self._bw,
         ]
         return np.concatenate(allocs), np.concatenate(frees), np.concatenate(sizes)
 
-    def memory(self, actions: Sequence[Action], tm: Timing):
+    def memory(self, actions: Sequence[Action], tm: Timing, runs: Runs | None = None):
         """(peak bytes, time of peak, curve times, curve bytes)."""
-        alloc, free, size = self._tensors(actions, tm)
+        alloc, free, size = self._tensors(actions, tm, runs or self.runs(actions))
         # NOTE: the spec frees before it allocates at one instant, so a tensor
         # allocated and freed at the same instant (a zero-duration operation's
         # scratch, say) never occupies memory: it is dropped here, which also
-        # keeps the memory curve free of transient dips.
+        # keeps the memory curve free of transient dips. Parameter gradients
+        # are freed at the end of the step (an infinite time here); their
+        # free is left out of the curve, which ends at their level.
         live = (size > 0) & (free > alloc)
         alloc, free, size = alloc[live], free[live], size[live]
         m = size.shape[0]
@@ -231,18 +353,20 @@ class Scorer:
         level = self.static + np.cumsum(delta[order])
         top = int(np.argmax(level))
         peak = max(int(level[top]), self.static)
-        return peak, float(times[order][top]), times[order], level
+        curve_times = times[order]
+        finite = np.isfinite(curve_times)
+        return peak, float(curve_times[top]), curve_times[finite], level[finite]
 
     def peak(self, actions, prefetch_at, swap_wait) -> int:
-        tm = self.timing(actions, prefetch_at, swap_wait)
-        return self.memory(actions, tm)[0]
+        return self.score(actions, prefetch_at, swap_wait)[1]
 
     def score(
         self, actions, prefetch_at, swap_wait, free_copies: Collection[int] = ()
     ) -> tuple[float, int]:
         """(makespan, peak bytes) of a valid plan given as lists."""
-        tm = self.timing(actions, prefetch_at, swap_wait, free_copies)
-        return tm.makespan, self.memory(actions, tm)[0]
+        runs = self.runs(actions)
+        tm = self.timing(actions, prefetch_at, swap_wait, free_copies, runs)
+        return tm.makespan, self.memory(actions, tm, runs)[0]
 
     def score_plan(self, plan: Plan) -> tuple[float, int]:
         return self.score(plan.actions, plan.prefetch_at, plan.swap_wait)

@@ -125,7 +125,7 @@ def sqrt_n(problem: Problem, *, segments: int | None = None) -> SolverOutput:
     the question every other method here answers.
     """
     n = problem.n
-    sizes = [layer.saved_bytes for layer in problem.profile.layers]
+    sizes = [layer.product_bytes for layer in problem.profile.layers]
     if segments is not None:
         if isinstance(segments, bool) or not isinstance(segments, int) or not 1 <= segments <= n:
             raise SolverOptionError(

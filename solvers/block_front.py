@@ -49,7 +49,7 @@ def block_front(profile: Profile, rep: Repeat, points: int = 40) -> list[BlockOp
     """
     dev = profile.device
     layers = [profile.layers[i] for i in rep.copy(0)]
-    s = [x.saved_bytes for x in layers]
+    s = [x.product_bytes for x in layers]
     data = _BlockData(
         fwd=[x.fwd for x in layers],
         bwd_total=sum(x.bwd for x in layers),

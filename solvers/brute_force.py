@@ -29,19 +29,37 @@ _CHECK_EVERY = 256  # candidates between deadline checks
 RawPlan = tuple[tuple[Action, ...], tuple[int | None, ...], tuple[int | None, ...]]
 
 
-def _need(actions: tuple[Action, ...], i: int) -> int:
-    """Top of the recompute run directly above `i` if `i+1` is recompute, else `i`."""
-    j = i
-    while j + 1 < len(actions) and actions[j + 1] is RECOMPUTE:
-        j += 1
-    return j
+def _need(actions: tuple[Action, ...], i: int, saves_input: tuple[bool, ...]) -> int:
+    """The highest backward step holding a reader of layer `i`'s products, `i` if none.
+
+    Readers (spec v2): `B_i`; `B_{i+1}` when layer `i+1` saves its input; the
+    block of the recompute run starting at `i+1`, which runs at the step of
+    the run's top `t`, or at `t+1` when layer `t+1` saves its input.
+    """
+    n = len(actions)
+    need = i
+    if i + 1 < n and saves_input[i + 1]:
+        need = i + 1
+    if i + 1 < n and actions[i + 1] is RECOMPUTE:
+        top = i + 1
+        while top + 1 < n and actions[top + 1] is RECOMPUTE:
+            top += 1
+        step = top + 1 if top + 1 < n and saves_input[top + 1] else top
+        need = max(need, step)
+    return need
 
 
-def enumerate_raw(n_layers: int, *, with_swap_wait: bool = True) -> Iterator[RawPlan]:
-    """Every valid plan as `(actions, prefetch_at, swap_wait)` tuples, in the module's order."""
+def enumerate_raw(
+    n_layers: int, *, with_swap_wait: bool = True, saves_input: tuple[bool, ...] | None = None
+) -> Iterator[RawPlan]:
+    """Every valid plan as `(actions, prefetch_at, swap_wait)` tuples, in the module's order.
+
+    `saves_input` (per layer; default none) is all `need(i)` depends on.
+    """
     if n_layers < 1:
         raise ValueError(f"n_layers must be >= 1, got {n_layers}")
     n = n_layers
+    flags = saves_input if saves_input is not None else (False,) * n
     for actions in itertools.product(ACTIONS, repeat=n):
         per_swap: list[list[tuple[int, int, int | None]]] = []
         for i, action in enumerate(actions):
@@ -49,7 +67,9 @@ def enumerate_raw(n_layers: int, *, with_swap_wait: bool = True) -> Iterator[Raw
                 waits: list[int | None] = [None]
                 if with_swap_wait:
                     waits += list(range(i + 1, n))
-                per_swap.append([(i, p, w) for p in range(_need(actions, i), n) for w in waits])
+                per_swap.append(
+                    [(i, p, w) for p in range(_need(actions, i, flags), n) for w in waits]
+                )
         for combo in itertools.product(*per_swap):
             prefetch: list[int | None] = [None] * n
             wait: list[int | None] = [None] * n
@@ -59,9 +79,12 @@ def enumerate_raw(n_layers: int, *, with_swap_wait: bool = True) -> Iterator[Raw
             yield actions, tuple(prefetch), tuple(wait)
 
 
-def enumerate_plans(n_layers: int, *, with_swap_wait: bool = True) -> Iterator[Plan]:
+def enumerate_plans(
+    n_layers: int, *, with_swap_wait: bool = True, saves_input: tuple[bool, ...] | None = None
+) -> Iterator[Plan]:
     """Every valid plan of an `n_layers` chain (without names or fingerprint)."""
-    for actions, prefetch, wait in enumerate_raw(n_layers, with_swap_wait=with_swap_wait):
+    raws = enumerate_raw(n_layers, with_swap_wait=with_swap_wait, saves_input=saves_input)
+    for actions, prefetch, wait in raws:
         yield Plan(actions, prefetch, wait)
 
 
@@ -97,7 +120,8 @@ def brute_force(
     best_key = (math.inf, math.inf)
     smallest_peak = math.inf
     tried = 0
-    for candidate in enumerate_raw(n, with_swap_wait=with_swap_wait):
+    flags = tuple(layer.saves_input for layer in problem.profile.layers)
+    for candidate in enumerate_raw(n, with_swap_wait=with_swap_wait, saves_input=flags):
         if tried % _CHECK_EVERY == 0 and problem.expired():
             return _stopped(problem, best, best_key, tried)
         tried += 1

@@ -31,6 +31,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from planopt.errors import require_v1
 from planopt.plan import KEEP, RECOMPUTE, SWAP, Action, Plan
 from planopt.profile import Profile
 
@@ -230,7 +231,7 @@ def _time_unit(profile: Profile) -> tuple[float, int]:
     total = 0.0
     for layer in profile.layers:
         total += 2 * layer.fwd + layer.bwd
-        total += dev.d2h_seconds(layer.saved_bytes) + dev.h2d_seconds(layer.saved_bytes)
+        total += dev.d2h_seconds(layer.product_bytes) + dev.h2d_seconds(layer.product_bytes)
     unit = total / TIME_RESOLUTION if total > 0 else 1.0
     return unit, TIME_RESOLUTION + 4 * len(profile.layers) + 4
 
@@ -268,6 +269,7 @@ def build(
     16-layer chain they lifted CP-SAT's bound from 0 to 0.7% overhead (the
     optimum lies near 6%) without proving more.
     """
+    require_v1(profile, "the exact model")
     choices = choices or {}
     n = len(profile.layers)
     unit, horizon_units = _time_unit(profile)
@@ -278,8 +280,8 @@ def build(
 
     f = [ticks(layer.fwd) for layer in profile.layers]
     b = [ticks(layer.bwd) for layer in profile.layers]
-    d_out = [ticks(dev.d2h_seconds(layer.saved_bytes)) for layer in profile.layers]
-    d_back = [ticks(dev.h2d_seconds(layer.saved_bytes)) for layer in profile.layers]
+    d_out = [ticks(dev.d2h_seconds(layer.product_bytes)) for layer in profile.layers]
+    d_back = [ticks(dev.h2d_seconds(layer.product_bytes)) for layer in profile.layers]
     horizon = horizon_units
     m = Model(horizon=horizon)
 
@@ -411,7 +413,7 @@ def build(
     sizes = [
         v
         for layer in layers
-        for v in (layer.saved_bytes, layer.fwd_work_bytes, layer.bwd_work_bytes)
+        for v in (layer.product_bytes, layer.fwd_work_bytes, layer.bwd_work_bytes)
         if v > 0
     ]
     g = math.gcd(*sizes) if sizes else 1
@@ -430,7 +432,7 @@ def build(
 
     for i, layer in enumerate(layers):
         nxt = min(i + 1, n - 1)
-        s = layer.saved_bytes
+        s = layer.product_bytes
         saved_free = time(f"s{i}.free")
         m.add(Define(saved_free, var(e[i]), pos(keep[i])))
         m.add(Define(saved_free, var(fe[nxt]), pos(rec[i])))
@@ -483,7 +485,7 @@ def _add_relaxation_cuts(
                 in_ticks=True,
             )
         )
-    s = [layer.saved_bytes // g for layer in profile.layers]
+    s = [layer.product_bytes // g for layer in profile.layers]
     for i, layer in enumerate(profile.layers):
         if layer.fwd > 0 and i >= 2:
             kept = Expr(tuple((keep[j], s[j]) for j in range(i - 1) if s[j]))

@@ -53,6 +53,15 @@ could not consult the paper's full text ourselves):
   from that plan, and before stage 3 the waits that stages 1-2 made unneeded
   are removed again (without a wait the forward only starts earlier).
 
+Cost model v2 (our reading): the paper decides per *tensor*; in v2 a layer
+owns its products (its output and its internals), and every stage decides
+them together, as one action per layer, the same unit the spec's plan has.
+A swap copies what has a backward reader (`c_i`, which grows when the layer
+above becomes recompute: stage 2's swap cost is re-measured every round, so
+it sees that), and "the compute a recomputation adds" stays `fwd_i` (a
+block moved to `B_{t+1}` adds no compute). Stage 1's lower bound counts a
+kept layer's internals and its output when a backward always reads it.
+
 Speed (ours, same choices): "skip those that do not fit" passes try
 candidates in blocks that grow while they fit (`_Greedy.accept_each`),
 "stop at the first that does not fit" bisects (`accept_prefix`); both take
@@ -304,7 +313,16 @@ class _Greedy:
         """
         if min(self.scorer.fwd) <= 0:
             return None
-        size, static = self.scorer.size, self.scorer.static
+        # What a kept layer surely holds then: its internals, and its output when a
+        # backward reads it whatever the plan (a block above may add a reader: then
+        # the bound is lower than it could be, still a bound).
+        size = [
+            s + (o if read else 0)
+            for s, o, read in zip(
+                self.scorer.internals, self.scorer.out, self.scorer.out_read_always, strict=True
+            )
+        ]
+        static = self.scorer.static
 
         def cannot_fit(part: list[int]) -> bool:
             kept = sum(s for s, a in zip(size, w.actions, strict=True) if a is KEEP)
@@ -317,10 +335,11 @@ class _Greedy:
     def to_recompute(self, w: _Work, i: int) -> bool:
         """Recompute `i`, moving the copy back of the run's base to keep its lead."""
         self.tick()
-        old_need = need_indices(w.actions)
+        profile = self.problem.profile
+        old_need = need_indices(w.actions, profile)
         saved = (list(w.actions), list(w.prefetch), list(w.wait))
         w.actions[i], w.prefetch[i], w.wait[i] = RECOMPUTE, None, None
-        need = need_indices(w.actions)
+        need = need_indices(w.actions, profile)
         for j in range(i - 1, -1, -1):
             if w.actions[j] is not RECOMPUTE:
                 if w.actions[j] is SWAP and w.prefetch[j] < need[j]:
@@ -368,7 +387,7 @@ class _Greedy:
         n = self.n
         self.drop_waits(w)  # stage 4's waits that stages 1-2 no longer need
         swaps = w.swapped()
-        need = need_indices(w.actions)
+        need = need_indices(w.actions, self.problem.profile)
         # (a) as early as memory allows, in order of need (highest index first).
         ceiling = n - 1
         for i in reversed(swaps):
@@ -385,7 +404,7 @@ class _Greedy:
             lo = max(need[i], floor)
             cur = w.prefetch[i]
             if cur > lo:
-                guess = self._hidden_step(w, i, lo, cur, need[i])
+                guess = self._hidden_step(w, i, lo, cur)
                 self._gallop_up(w, i, guess, cur, limit)
             floor = w.prefetch[i]
 
@@ -423,12 +442,20 @@ class _Greedy:
         w.prefetch[i] = good
         return good
 
-    def _hidden_step(self, w: _Work, i: int, lo: int, cur: int, need_i: int) -> int:
+    def _hidden_step(self, w: _Work, i: int, lo: int, cur: int) -> int:
         """The latest step whose issue time still leaves the whole transfer before use."""
         tm = self.timing(w)
-        n = self.n
-        use = tm.r_start[i + 1] if need_i != i else tm.b_start[i]
-        latest = use - self.scorer.back_dur[i]
+        n, sc = self.n, self.scorer
+        # The first reader in time: the block above, then B_{i+1}, then B_i.
+        uses = []
+        if i + 1 < n and w.actions[i + 1] is RECOMPUTE:
+            uses.append(tm.r_start[i + 1])
+        if sc.saves_input[i + 1]:
+            uses.append(tm.b_start[i + 1])
+        if sc.internals[i] > 0 or sc.saves_output[i]:
+            uses.append(tm.b_start[i])
+        use = min(uses) if uses else tm.b_start[i]
+        latest = use - sc.copy_durations(w.actions)[1][i]
         for j in range(lo, cur):
             issue = tm.f_end[n - 1] if j == n - 1 else tm.b_end[j + 1]
             if issue <= latest:

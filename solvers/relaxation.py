@@ -37,6 +37,7 @@ import math
 
 import pulp
 
+from planopt.errors import require_v1
 from planopt.profile import Profile
 from solvers.highs import solve_with_highs
 
@@ -50,23 +51,24 @@ def relaxation_bound(
     threads: int = 1,
 ) -> float | None:
     """A proven lower bound in seconds, or None if even the relaxation cannot fit `budget`."""
+    require_v1(profile, "the relaxation bound")
     layers = profile.layers
     n = len(layers)
     dev = profile.device
     # NOTE: rows mix bytes (~1e9) and seconds (~1e-3); unscaled, HiGHS's
     # absolute tolerances returned "optima" above a feasible plan's makespan.
     # Time is in units of T_ideal and memory in units of the largest tensor.
-    copies = [dev.d2h_seconds(x.saved_bytes) + dev.h2d_seconds(x.saved_bytes) for x in layers]
+    copies = [dev.d2h_seconds(x.product_bytes) + dev.h2d_seconds(x.product_bytes) for x in layers]
     t_unit = max(profile.t_ideal, *copies)
     if not t_unit > 1e-200:  # nothing takes time: the bound is T_ideal itself
         return profile.t_ideal
-    m_unit = float(max([1, *(layer.saved_bytes for layer in layers)]))
+    m_unit = float(max([1, *(layer.product_bytes for layer in layers)]))
     cap = (budget - profile.static_bytes) / m_unit
     f = [layer.fwd / t_unit for layer in layers]
     b = [layer.bwd / t_unit for layer in layers]
-    s = [layer.saved_bytes / m_unit for layer in layers]
-    d_out = [dev.d2h_seconds(layer.saved_bytes) / t_unit for layer in layers]
-    d_in = [dev.h2d_seconds(layer.saved_bytes) / t_unit for layer in layers]
+    s = [layer.product_bytes / m_unit for layer in layers]
+    d_out = [dev.d2h_seconds(layer.product_bytes) / t_unit for layer in layers]
+    d_in = [dev.h2d_seconds(layer.product_bytes) / t_unit for layer in layers]
     forward_total = math.fsum(f)
     f_end = [math.fsum(f[: i + 1]) for i in range(n)]
     b_upto = [math.fsum(b[: i + 1]) for i in range(n)]

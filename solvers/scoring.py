@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from planopt.plan import RECOMPUTE, SWAP, Action
+from planopt.plan import SWAP, Action
 from planopt.simulate import Scorer
 
 
@@ -37,7 +37,8 @@ def free_copy_makespans(
     m = len(candidates) + 1
     pos = {c: k for k, c in enumerate(candidates)}
     fwd, bwd = scorer.fwd, scorer.bwd
-    out_dur, back_dur = scorer.out_dur, scorer.back_dur
+    runs = scorer.runs(actions)
+    out_dur, back_dur = scorer.copy_durations(actions, runs)
 
     waiters: dict[int, list[int]] = {}
     prefetches: dict[int, list[int]] = {}
@@ -77,16 +78,15 @@ def free_copy_makespans(
                 if k is not None:
                     end[k] = start[k]
                 back_end[i] = h2d_free = end
-        if actions[t] is RECOMPUTE and (t == n - 1 or actions[t + 1] is not RECOMPUTE):
-            k = t - 1
-            while k >= 0 and actions[k] is RECOMPUTE:
-                k -= 1
+        if t in runs.block_at:
+            first, top = runs.block_at[t]
+            k = first - 1
             if k >= 0 and actions[k] is SWAP:
                 clock = np.maximum(clock, back_end[k])
-            for j in range(k + 1, t + 1):
+            for j in range(first, top + 1):
                 clock = clock + fwd[j]
-        if actions[t] is SWAP:
-            clock = np.maximum(clock, back_end[t])
+        for i in scorer.reads_back(t, actions):
+            clock = np.maximum(clock, back_end[i])
         clock = clock + bwd[t]
     makespan = np.maximum(np.maximum(clock, d2h_free), h2d_free)
     return float(makespan[-1]), makespan[:-1]

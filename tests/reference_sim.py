@@ -1,8 +1,11 @@
 """An independent, slow, event-by-event reading of the cost model (tests only).
 
-Written from the text of `shared/spec/cost-model.md` alone, without looking at
-`planopt/simulate.py`, so that the two can be compared: where they disagree,
-one of the two readings of the spec is wrong.
+Version 1 of the cost model: it reads a profile's one saved size per layer
+(`Layer.product_bytes`, which is the output under the spec's version-1
+reading), so it takes version-1 profiles only; `tests/reference_v2.py` is
+the version-2 reference. Written from the text of `shared/spec/cost-model.md`
+alone, without looking at `planopt/simulate.py`, so that the two can be
+compared: where they disagree, one of the two readings of the spec is wrong.
 
 The time model is a discrete-event simulation: a heap of operation-end
 events `(time, seq)`, three resources (compute stream, D2H, H2D) that each
@@ -117,12 +120,12 @@ def reference_run(profile: Profile, plan: Plan, *, free_copies: Collection[int] 
     def d2h_time(i: int) -> float:
         if i in free_copies:
             return 0.0
-        return dev.transfer_latency + layers[i].saved_bytes / dev.d2h_bandwidth
+        return dev.transfer_latency + layers[i].product_bytes / dev.d2h_bandwidth
 
     def h2d_time(i: int) -> float:
         if i in free_copies:
             return 0.0
-        return dev.transfer_latency + layers[i].saved_bytes / dev.h2d_bandwidth
+        return dev.transfer_latency + layers[i].product_bytes / dev.h2d_bandwidth
 
     waits_at: dict[int, list[int]] = {}
     prefetch_at: dict[int, list[int]] = {}
@@ -227,15 +230,15 @@ def _tensors(profile: Profile, plan: Plan, ops: tuple[RefOp, ...]) -> list[RefTe
             free = max(by[(COPY_OUT, i)].end, f_above.end)
         else:
             free = b_i.end
-        out.append(RefTensor("saved", i, layer.saved_bytes, f_i.start, free))
+        out.append(RefTensor("saved", i, layer.product_bytes, f_i.start, free))
         out.append(RefTensor("fwd_work", i, layer.fwd_work_bytes, f_i.start, f_i.end))
         out.append(RefTensor("bwd_work", i, layer.bwd_work_bytes, b_i.start, b_i.end))
         if action is SWAP:
             cb = by[(COPY_BACK, i)]
-            out.append(RefTensor("copied_back", i, layer.saved_bytes, cb.start, b_i.end))
+            out.append(RefTensor("copied_back", i, layer.product_bytes, cb.start, b_i.end))
         if action is RECOMPUTE:
             r = by[(RECOMP, i)]
-            out.append(RefTensor("regenerated", i, layer.saved_bytes, r.start, b_i.end))
+            out.append(RefTensor("regenerated", i, layer.product_bytes, r.start, b_i.end))
             out.append(RefTensor("recompute_work", i, layer.fwd_work_bytes, r.start, r.end))
     return out
 

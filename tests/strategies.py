@@ -68,7 +68,7 @@ def _bytes(high: int) -> st.SearchStrategy[int]:
 def layers(
     draw, index: int, *, exact: bool = True, scratch: bool = True, positive_times: bool = False
 ) -> Layer:
-    return Layer(
+    return Layer.v1(
         name=f"l{index}",
         fwd=draw(seconds(exact=exact, positive=positive_times)),
         bwd=draw(seconds(exact=exact, positive=positive_times)),
@@ -171,7 +171,7 @@ def random_profile(rng: random.Random, n: int, *, exact: bool = False) -> Profil
         device=Device("dev", bw[0], bw[1], lat),
         static_bytes=size(1000),
         layers=tuple(
-            Layer(f"l{i}", secs(), secs(), size(1000), size(300), size(300)) for i in range(n)
+            Layer.v1(f"l{i}", secs(), secs(), size(1000), size(300), size(300)) for i in range(n)
         ),
     )
 

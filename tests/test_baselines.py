@@ -37,7 +37,7 @@ def chain(sizes, fwd=1.0, bwd=1.0, bandwidth=4.0, names=None) -> Profile:
         "hand",
         Device("d", bandwidth, bandwidth, 0.0),
         0,
-        tuple(Layer(n, fwd, bwd, s) for n, s in zip(names, sizes, strict=True)),
+        tuple(Layer.v1(n, fwd, bwd, s) for n, s in zip(names, sizes, strict=True)),
     )
 
 
@@ -191,7 +191,7 @@ def test_sqrt_n_refuses_a_segment_count_outside_the_chain(segments):
     ],
 )
 def test_superneurons_rule_reads_names_and_signatures(name, signature, role):
-    layer = Layer(name, 1.0, 1.0, 1, signature=signature)
+    layer = Layer.v1(name, 1.0, 1.0, 1, signature=signature)
     assert baselines.superneurons_role(layer) is role
 
 

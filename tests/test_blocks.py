@@ -178,7 +178,7 @@ def test_block_front_is_a_front():
     kept = [opt.kept for opt in front]
     assert kept == sorted(kept)
     assert front[0].kept == 0 and front[-1].seconds == 0.0
-    total = sum(profile.layers[i].saved_bytes for i in rep.copy(0))
+    total = sum(profile.layers[i].product_bytes for i in rep.copy(0))
     assert all(0 <= opt.kept <= total for opt in front)
 
 

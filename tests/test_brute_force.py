@@ -175,7 +175,7 @@ def _flat_profile(n: int) -> planopt.Profile:
         "flat",
         planopt.Device("d", math.inf, math.inf, 0.0),
         0,
-        tuple(planopt.Layer(f"l{i}", 0.0, 0.0, 1) for i in range(n)),
+        tuple(planopt.Layer.v1(f"l{i}", 0.0, 0.0, 1) for i in range(n)),
     )
 
 
@@ -204,7 +204,7 @@ def _timed_profile(bandwidth: float = 8.0) -> planopt.Profile:
         "timed",
         planopt.Device("d", bandwidth, bandwidth, 0.0),
         0,
-        tuple(planopt.Layer(f"l{i}", 1.0, 2.0, 8 + 4 * i) for i in range(3)),
+        tuple(planopt.Layer.v1(f"l{i}", 1.0, 2.0, 8 + 4 * i) for i in range(3)),
     )
 
 
@@ -273,7 +273,7 @@ def test_expired_returns_the_best_so_far_as_feasible():
         "four",
         planopt.Device("d", 8.0, 8.0, 0.0),
         0,
-        tuple(planopt.Layer(f"l{i}", 1.0, 2.0, 8 + 4 * i) for i in range(4)),
+        tuple(planopt.Layer.v1(f"l{i}", 1.0, 2.0, 8 + 4 * i) for i in range(4)),
     )
     budget = 40
     out = brute_force(_countdown(profile, budget, 2))

@@ -66,7 +66,7 @@ def test_min_budget_says_when_its_witness_misses_the_bound():
         "zero-times",
         planopt.Device("d", math.inf, math.inf, 0.25),
         0,
-        (planopt.Layer("l0", 0.0, 0.0, 1), planopt.Layer("l1", 0.0, 0.0, 0)),
+        (planopt.Layer.v1("l0", 0.0, 0.0, 1), planopt.Layer.v1("l1", 0.0, 0.0, 0)),
     )
     assert smallest_peak(profile) == 0
     assert min_budget_info(profile) == (0, False)

@@ -163,7 +163,7 @@ def test_model_reproduces_the_simulator(data):
     sizes = [
         v
         for layer in profile.layers
-        for v in (layer.saved_bytes, layer.fwd_work_bytes, layer.bwd_work_bytes)
+        for v in (layer.product_bytes, layer.fwd_work_bytes, layer.bwd_work_bytes)
         if v > 0
     ]
     unit = math.gcd(*sizes) if sizes else 1
@@ -265,7 +265,7 @@ def test_restricted_space_says_infeasible_when_only_the_joint_space_fits():
         "restricted",
         planopt.Device("d", 1.0, 1.0, 0.0),
         0,
-        tuple(planopt.Layer(f"l{i}", *numbers) for i, numbers in enumerate(layers)),
+        tuple(planopt.Layer.v1(f"l{i}", *numbers) for i, numbers in enumerate(layers)),
     )
     assert planopt.min_budget(profile) == 4
     solution = planopt.solve(profile, 4, "recompute-only", time_limit=60)

@@ -47,7 +47,10 @@ def test_key_changes_with_everything_that_changes_the_outcome():
     base = Job.make(profile, 0.5, "pooch", time_limit=10)
     slower = profile.layers[0]
     changed_profile = profile.replace_layers(
-        [Layer(slower.name, slower.fwd * 2, slower.bwd, slower.saved_bytes), *profile.layers[1:]]
+        [
+            Layer.v1(slower.name, slower.fwd * 2, slower.bwd, slower.product_bytes),
+            *profile.layers[1:],
+        ]
     )
     variants = [
         Job.make(changed_profile, 0.5, "pooch", time_limit=10),

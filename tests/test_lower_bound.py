@@ -110,7 +110,7 @@ def test_a_first_layer_at_the_budget_exactly_gives_a_bound_not_a_crash(relax):
         "edge",
         Device("dev", float("inf"), float("inf"), 0.125),
         0,
-        (Layer("l0", 1 / 8, 1 / 8, 17, 10, 0), Layer("l1", 1 / 8, 1 / 8, 0, 0, 0)),
+        (Layer.v1("l0", 1 / 8, 1 / 8, 17, 10, 0), Layer.v1("l1", 1 / 8, 1 / 8, 0, 0, 0)),
     )
     budget = keep_all_peak(profile)
     assert budget == planopt.min_budget(profile) == 27

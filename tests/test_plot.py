@@ -126,7 +126,7 @@ def _small_model(seconds_per_layer: float) -> Profile:
     15 x `seconds_per_layer` of compute."""
     device = Device("test-link", h2d_bandwidth=12e9, d2h_bandwidth=12e9)
     layers = tuple(
-        Layer(f"l{k}", fwd=seconds_per_layer, bwd=2 * seconds_per_layer, saved_bytes=5 * MIB)
+        Layer.v1(f"l{k}", fwd=seconds_per_layer, bwd=2 * seconds_per_layer, saved_bytes=5 * MIB)
         for k in range(5)
     )
     return Profile("small", device, static_bytes=8 * MIB, layers=layers)

@@ -39,7 +39,7 @@ def chain(sizes, fwd, bwd, d2h=1.0, h2d=None) -> Profile:
         "hand",
         Device("d", h2d if h2d is not None else d2h, d2h, 0.0),
         0,
-        tuple(Layer(f"l{i}", float(fwd[i]), float(bwd[i]), sizes[i]) for i in range(n)),
+        tuple(Layer.v1(f"l{i}", float(fwd[i]), float(bwd[i]), sizes[i]) for i in range(n)),
     )
 
 

@@ -16,7 +16,7 @@ from planopt.random_chain import DEFAULT_DEVICE, FAMILIES, random_chain, repeate
 
 
 def _numbers(layer: Layer) -> tuple:
-    return (layer.fwd, layer.bwd, layer.saved_bytes, layer.fwd_work_bytes, layer.bwd_work_bytes)
+    return (layer.fwd, layer.bwd, layer.product_bytes, layer.fwd_work_bytes, layer.bwd_work_bytes)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -26,9 +26,9 @@ def test_valid_for_every_length(family):
         assert len(p) == n
         assert p.names == tuple(f"l{i}" for i in range(n))
         assert all(x.fwd > 0 and x.bwd > 0 for x in p.layers)
-        assert sum(x.saved_bytes for x in p.layers) > 0
+        assert sum(x.product_bytes for x in p.layers) > 0
         # static is the stated fraction (0.25) of the summed saved bytes
-        assert p.static_bytes == round(0.25 * sum(x.saved_bytes for x in p.layers))
+        assert p.static_bytes == round(0.25 * sum(x.product_bytes for x in p.layers))
         assert profile_from_dict(profile_to_dict(p)) == p  # survives the JSON format
 
 
@@ -74,7 +74,7 @@ def test_transformer_noise_perturbs_times_but_keeps_signatures():
     clean = random_chain(60, seed=4, family="transformer")
     noisy = random_chain(60, seed=4, family="transformer", noise=0.05)
     assert [x.signature for x in clean.layers] == [x.signature for x in noisy.layers]
-    assert [x.saved_bytes for x in clean.layers] == [x.saved_bytes for x in noisy.layers]
+    assert [x.product_bytes for x in clean.layers] == [x.product_bytes for x in noisy.layers]
     assert [x.fwd for x in clean.layers] != [x.fwd for x in noisy.layers]
     body = [x for x in noisy.layers if x.signature == "blk.op0"]
     assert len({x.fwd for x in body}) > 1
@@ -89,7 +89,7 @@ def test_cnn_family_shrinks_by_stage():
         for s, layer in zip(stage_of, p.layers, strict=True):
             if layer.signature.endswith(".conv"):
                 conv.setdefault(s, layer)
-        sizes = [conv[s].saved_bytes for s in sorted(conv)]
+        sizes = [conv[s].product_bytes for s in sorted(conv)]
         assert all(a > b for a, b in itertools.pairwise(sizes))
         # each stage starts with its convolution, followed by cheaper ops
         for i, layer in enumerate(p.layers):
@@ -102,7 +102,7 @@ def test_cnn_family_shrinks_by_stage():
 def test_uniform_family_has_no_signatures_and_varies():
     p = random_chain(200, seed=1, family="uniform")
     assert all(x.signature is None for x in p.layers)
-    assert len({x.saved_bytes for x in p.layers}) == 200
+    assert len({x.product_bytes for x in p.layers}) == 200
 
 
 def test_mixed_family_joins_families_with_distinct_signatures():
@@ -122,7 +122,7 @@ def test_options_are_honoured():
     assert p.device == dev
     assert p.static_bytes == 0
     q = random_chain(30, seed=2, family="uniform", static_fraction=1.0)
-    assert q.static_bytes == sum(x.saved_bytes for x in q.layers)
+    assert q.static_bytes == sum(x.product_bytes for x in q.layers)
 
 
 @pytest.mark.parametrize(
@@ -159,9 +159,9 @@ def test_budgets_are_ordered(n, seed, family):
 
 
 def test_repeated_chain_layout():
-    a = Layer("a", 1.0, 2.0, 10, signature="sa")
-    b = Layer("b", 0.5, 1.0, 20)
-    pre, post = Layer("pre", 1.0, 1.0, 5), Layer("post", 1.0, 1.0, 5)
+    a = Layer.v1("a", 1.0, 2.0, 10, signature="sa")
+    b = Layer.v1("b", 0.5, 1.0, 20)
+    pre, post = Layer.v1("pre", 1.0, 1.0, 5), Layer.v1("post", 1.0, 1.0, 5)
     chain = repeated_chain([a, b], 3, prefix=[pre], suffix=[post])
     assert [x.name for x in chain] == [
         "pre",
@@ -174,13 +174,13 @@ def test_repeated_chain_layout():
         "post",
     ]
     assert [x.signature for x in chain[1:-1]] == ["sa", "b"] * 3  # missing ones: the name
-    assert [x.saved_bytes for x in chain[1:-1]] == [10, 20] * 3
+    assert [x.product_bytes for x in chain[1:-1]] == [10, 20] * 3
     assert chain[0] is pre and chain[-1] is post
     assert repeated_chain([a], 0, prefix=[pre]) == (pre,)
 
 
 def test_repeated_chain_rejects_bad_input():
     with pytest.raises(InvalidProfileError, match="repeats must be an integer >= 0, got -1"):
-        repeated_chain([Layer("a", 1.0, 1.0, 1)], -1)
+        repeated_chain([Layer.v1("a", 1.0, 1.0, 1)], -1)
     with pytest.raises(InvalidProfileError, match="block must hold at least one layer"):
         repeated_chain([], 2)

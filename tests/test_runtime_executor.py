@@ -167,7 +167,7 @@ def test_swap_on_a_machine_without_cuda_runs_with_no_streams(monkeypatch):
     _, _, ex = executor_step(mine, plan, batch, ref.loss_fn, 0, profile=unit)
     assert_same_training(plain, mine)
     assert ex.last_step.copies_out == n and ex.last_step.bytes_out == sum(
-        layer.saved_bytes for layer in unit.layers
+        layer.product_bytes for layer in unit.layers
     )
     assert isinstance(copy_engine(torch.device("cpu")), SyncCopies)
 
@@ -186,7 +186,7 @@ def test_cuda_only_paths_are_named_and_guarded():
 
 def test_plan_made_for_another_profile_is_refused():
     ref, _, unit = setup("mlp")
-    first = dataclasses.replace(unit.layers[0], saved_bytes=unit.layers[0].saved_bytes + 1)
+    first = dataclasses.replace(unit.layers[0], out_bytes=unit.layers[0].out_bytes + 1)
     other = unit.replace_layers([first, *unit.layers[1:]])
     plan = Plan.keep_all(other)
     with pytest.raises(ProfileMismatchError, match="was made for profile"):

@@ -73,7 +73,7 @@ def test_keep_all_peak_is_static_plus_every_saved_tensor(name):
     measured = measure(
         ref.chain, Plan.keep_all(unit), batch, ref.loss_fn, profile=unit, iterations=1, warmup=0
     )
-    assert measured.peak_bytes == unit.static_bytes + sum(x.saved_bytes for x in unit.layers)
+    assert measured.peak_bytes == unit.static_bytes + sum(x.product_bytes for x in unit.layers)
     assert measured.peak_bytes == planopt.keep_all_peak(unit)
 
 
@@ -94,7 +94,7 @@ def test_hand_worked_swap_and_recompute_peak():
     with torch.no_grad():
         ls = F.mse_loss(chain(batch[0]), batch[1]).untyped_storage().nbytes()
     prof = unit_times(profile(chain, batch, F.mse_loss, iterations=1, warmup=0, link=INSTANT))
-    assert [layer.saved_bytes for layer in prof.layers] == [64, 64, 80 + ls]
+    assert [layer.product_bytes for layer in prof.layers] == [64, 64, 80 + ls]
     plan = Plan.build([SWAP, RECOMPUTE, KEEP], prefetch_at=[2, None, None], profile=prof)
     measured = measure(chain, plan, batch, F.mse_loss, profile=prof, iterations=1, warmup=0)
     static = (4 * 8 + 8 + 8 * 2 + 2) * 4 * 2 + (2 * 4 + 2 * 2) * 4  # params + grads, batch

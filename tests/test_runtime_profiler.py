@@ -68,7 +68,7 @@ def test_saved_bytes_match_hand_computed_sizes():
     # drop: on CPU, dropout multiplies by a float noise tensor, which mul saves
     #   (40; a CUDA kernel would save a bool mask), + its output (40).
     # id + loss: the loss's storage only (its input is not saved, see product_loss).
-    assert [layer.saved_bytes for layer in prof.layers] == [40, 80, 80, 80, ls]
+    assert [layer.product_bytes for layer in prof.layers] == [40, 80, 80, 80, ls]
     assert prof.names == ("proj", "square", "viewsin", "drop", "id")
     assert all(layer.fwd_work_bytes == layer.bwd_work_bytes == 0 for layer in prof.layers)
 

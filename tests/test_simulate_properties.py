@@ -162,7 +162,10 @@ def test_scaling_bytes_scales_the_activation_peak(pair):
         [
             dataclasses.replace(
                 la,
+                out_bytes=3 * la.out_bytes,
                 saved_bytes=3 * la.saved_bytes,
+                input_grad_bytes=3 * la.input_grad_bytes,
+                param_grad_bytes=3 * la.param_grad_bytes,
                 fwd_work_bytes=3 * la.fwd_work_bytes,
                 bwd_work_bytes=3 * la.bwd_work_bytes,
             )
@@ -222,8 +225,8 @@ def test_timeline_respects_resources_durations_and_dependencies(pair):
         assert close(op["backward", i].end - op["backward", i].start, layer.bwd)
         if plan.actions[i] is SWAP:
             co, cb = op["copy_out", i], op["copy_back", i]
-            assert close(co.end - co.start, dev.d2h_seconds(layer.saved_bytes))
-            assert close(cb.end - cb.start, dev.h2d_seconds(layer.saved_bytes))
+            assert close(co.end - co.start, dev.d2h_seconds(layer.product_bytes))
+            assert close(cb.end - cb.start, dev.h2d_seconds(layer.product_bytes))
             # Dependencies: copy out after F_i, copy back after copy out,
             # B_i after copy back, F_{swap_wait} after copy out.
             assert co.start >= op["forward", i].end

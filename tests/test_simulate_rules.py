@@ -39,7 +39,7 @@ def chain(
         name="hand",
         device=Device("dev", h2d_bandwidth=h2d, d2h_bandwidth=d2h, transfer_latency=latency),
         static_bytes=static,
-        layers=tuple(Layer(f"l{i}", fwd[i], bwd[i], saved[i], fw[i], bw[i]) for i in range(n)),
+        layers=tuple(Layer.v1(f"l{i}", fwd[i], bwd[i], saved[i], fw[i], bw[i]) for i in range(n)),
     )
 
 

@@ -148,7 +148,7 @@ def test_malformed_profile_is_refused(path, value, words):
         profile_from_dict(doc)
 
 
-@pytest.mark.parametrize("fmt", ["planopt.profile/2", "planopt.plan/1", None, 1])
+@pytest.mark.parametrize("fmt", ["planopt.profile/3", "planopt.plan/1", None, 1])
 def test_profile_of_another_format_is_refused(fmt):
     # errors.FormatError: "A file is not parseable JSON or not of the expected `format`."
     doc = (
@@ -156,7 +156,7 @@ def test_profile_of_another_format_is_refused(fmt):
         if fmt is None
         else mutated(PROFILE, ("format",), fmt)
     )
-    with raises_naming(FormatError, "format", "planopt.profile/1", repr(fmt)):
+    with raises_naming(FormatError, "format", "planopt.profile/2", "planopt.profile/1", repr(fmt)):
         profile_from_dict(doc)
 
 
@@ -166,15 +166,21 @@ def test_profile_that_is_not_an_object_is_refused():
 
 
 def test_dataclass_constructors_validate_too():
-    ok = Layer("a", 1.0, 1.0, 10)
+    ok = Layer.v1("a", 1.0, 1.0, 10)
     with raises_naming(InvalidProfileError, "device", "h2d_bandwidth", "0"):
         Device("d", 0.0, 1.0)
     with raises_naming(InvalidProfileError, "device", "transfer_latency"):
         Device("d", 1.0, 1.0, -1.0)
     with raises_naming(InvalidProfileError, "layer 1 (b)", "fwd", "-1"):
-        Profile("p", Device("d", 1.0, 1.0), 0, (ok, Layer("b", -1.0, 1.0, 10)))
+        Profile("p", Device("d", 1.0, 1.0), 0, (ok, Layer.v1("b", -1.0, 1.0, 10)))
+    with raises_naming(InvalidProfileError, "layer 0 (a)", "out_bytes", "-10"):
+        Profile("p", Device("d", 1.0, 1.0), 0, (Layer.v1("a", 1.0, 1.0, -10),))
     with raises_naming(InvalidProfileError, "layer 0 (a)", "saved_bytes", "-10"):
-        Profile("p", Device("d", 1.0, 1.0), 0, (Layer("a", 1.0, 1.0, -10),))
+        Profile("p", Device("d", 1.0, 1.0), 0, (Layer("a", 1.0, 1.0, 1, saved_bytes=-10),))
+    with raises_naming(InvalidProfileError, "layer 0 (a)", "saves_input", "true or false", "1"):
+        Profile("p", Device("d", 1.0, 1.0), 0, (Layer("a", 1.0, 1.0, 1, saves_input=1),))
+    with raises_naming(InvalidProfileError, "layer 0 (a)", "input_grad_bytes", "layer 0", "4"):
+        Profile("p", Device("d", 1.0, 1.0), 0, (Layer("a", 1.0, 1.0, 1, input_grad_bytes=4),))
     with raises_naming(InvalidProfileError, "layer 1", "must be a Layer"):
         Profile("p", Device("d", 1.0, 1.0), 0, (ok, {"name": "b"}))  # type: ignore[arg-type]
     with raises_naming(InvalidProfileError, "profile", "static_bytes"):

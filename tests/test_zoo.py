@@ -107,19 +107,19 @@ def test_vgg_saved_bytes_by_hand(zoo):
     p = zoo["vgg16-b64-a100-pcie4-roofline"]
     # conv1_1+relu: its input is the (static) batch; the in-place ReLU output
     # 64 * 64 * 224 * 224 * 2 B = 411,041,792
-    assert _layer(p, "conv1_1+relu").saved_bytes == 411_041_792
+    assert _layer(p, "conv1_1+relu").product_bytes == 411_041_792
     # pool1: input already counted by conv1_2; int64 indices 64*64*112*112*8 = 411,041,792
-    assert _layer(p, "pool1").saved_bytes == 411_041_792
+    assert _layer(p, "pool1").product_bytes == 411_041_792
     # conv2_1+relu: pool1's output (first saver) 64*64*112*112*2 = 102,760,448
     #             + its ReLU output 64*128*112*112*2 = 205,520,896
-    assert _layer(p, "conv2_1+relu").saved_bytes == 102_760_448 + 205_520_896
+    assert _layer(p, "conv2_1+relu").product_bytes == 102_760_448 + 205_520_896
     # conv2_2+relu: input counted by conv2_1's ReLU; own output 205,520,896
-    assert _layer(p, "conv2_2+relu").saved_bytes == 205_520_896
+    assert _layer(p, "conv2_2+relu").product_bytes == 205_520_896
     # avgpool (7x7 -> 7x7) saves its input, pool5's output: 64*512*7*7*2 = 3,211,264;
     # fc6 saves avgpool's output (3,211,264), its ReLU output 64*4096*2 = 524,288
     # and the dropout mask 64*4096 = 262,144
-    assert _layer(p, "avgpool").saved_bytes == 3_211_264
-    assert _layer(p, "fc6+relu+dropout").saved_bytes == 3_211_264 + 524_288 + 262_144
+    assert _layer(p, "avgpool").product_bytes == 3_211_264
+    assert _layer(p, "fc6+relu+dropout").product_bytes == 3_211_264 + 524_288 + 262_144
 
 
 def test_gpt_block_saved_bytes_by_hand(zoo):
@@ -144,25 +144,25 @@ def test_gpt_block_saved_bytes_by_hand(zoo):
     }
     for b in (0, 5, 11):
         for op, nbytes in expected.items():
-            assert _layer(p, f"block{b}.{op}").saved_bytes == nbytes, (b, op)
+            assert _layer(p, f"block{b}.{op}").product_bytes == nbytes, (b, op)
     # loss: fp32 log-probabilities 8*1024*50257*4 = 1,646,821,376 + 0-dim total_weight
-    assert _layer(p, "loss").saved_bytes == 1_646_821_376 + 4
-    assert _layer(p, "embed").saved_bytes == act // 2  # dropout mask; ids are static
+    assert _layer(p, "loss").product_bytes == 1_646_821_376 + 4
+    assert _layer(p, "embed").product_bytes == act // 2  # dropout mask; ids are static
 
 
 def test_resnet_saved_bytes_by_hand(zoo):
     p = zoo["resnet50-ops-b128-a100-pcie4-roofline"]
     # bn1 of a stage-2 block: conv1 output 128*64*56*56*2 = 51,380,224 + mean, invstd 2*64*4
-    assert _layer(p, "conv2_2.bn1").saved_bytes == 51_380_224 + 512
+    assert _layer(p, "conv2_2.bn1").product_bytes == 51_380_224 + 512
     # conv1 of a non-first block: its input is relu3's output, counted there
-    assert _layer(p, "conv2_2.conv1").saved_bytes == 0
+    assert _layer(p, "conv2_2.conv1").product_bytes == 0
     # conv1 of the first block: saves the max-pool output (first saver) 51,380,224
-    assert _layer(p, "conv2_1.conv1").saved_bytes == 51_380_224
+    assert _layer(p, "conv2_1.conv1").product_bytes == 51_380_224
     # the residual add saves nothing; relu3 saves its (in-place) output 128*256*56*56*2
-    assert _layer(p, "conv2_2.add").saved_bytes == 0
-    assert _layer(p, "conv2_2.relu3").saved_bytes == 205_520_896
+    assert _layer(p, "conv2_2.add").product_bytes == 0
+    assert _layer(p, "conv2_2.relu3").product_bytes == 205_520_896
     # avgpool to 1x1 is a mean: nothing saved
-    assert _layer(p, "avgpool").saved_bytes == 0
+    assert _layer(p, "avgpool").product_bytes == 0
 
 
 def test_static_bytes_by_hand():
@@ -216,9 +216,11 @@ def test_signatures_repeat_block_periodically(zoo, name, blocks, suffix):
         block = body[b * BLOCK_OPS : (b + 1) * BLOCK_OPS]
         assert [layer.signature for layer in block] == first
         assert all(layer.name.startswith(f"block{b}.") for layer in block)
-        numbers = [(x.fwd, x.bwd, x.saved_bytes, x.fwd_work_bytes, x.bwd_work_bytes) for x in block]
+        numbers = [
+            (x.fwd, x.bwd, x.product_bytes, x.fwd_work_bytes, x.bwd_work_bytes) for x in block
+        ]
         assert numbers == [
-            (x.fwd, x.bwd, x.saved_bytes, x.fwd_work_bytes, x.bwd_work_bytes)
+            (x.fwd, x.bwd, x.product_bytes, x.fwd_work_bytes, x.bwd_work_bytes)
             for x in body[:BLOCK_OPS]
         ]
 
@@ -239,7 +241,7 @@ def test_equal_signatures_mean_equal_numbers(zoo):
             key = (
                 layer.fwd,
                 layer.bwd,
-                layer.saved_bytes,
+                layer.product_bytes,
                 layer.fwd_work_bytes,
                 layer.bwd_work_bytes,
             )
@@ -249,7 +251,9 @@ def test_equal_signatures_mean_equal_numbers(zoo):
 def test_block_and_operator_variants_hold_the_same_work(zoo):
     blocks = zoo["resnet50-blocks-b128-a100-pcie4-roofline"]
     per_op = zoo["resnet50-ops-b128-a100-pcie4-roofline"]
-    assert sum(x.saved_bytes for x in blocks.layers) == sum(x.saved_bytes for x in per_op.layers)
+    assert sum(x.product_bytes for x in blocks.layers) == sum(
+        x.product_bytes for x in per_op.layers
+    )
     assert blocks.static_bytes == per_op.static_bytes
     assert blocks.t_ideal == pytest.approx(per_op.t_ideal, rel=1e-5)  # 6-digit rounding
     # inside a block, tensors the block saves are no longer scratch: the largest is the

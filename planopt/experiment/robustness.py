@@ -14,6 +14,7 @@ Two questions: how much of a method's nominal advantage survives
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -26,7 +27,7 @@ from planopt.experiment.cache import profile_digest
 from planopt.experiment.sweep import LOWER_BOUND, Result
 from planopt.experiment.tables import Column, Table, fmt_budget, fmt_int, fmt_pct, fmt_text
 from planopt.plan import Plan
-from planopt.profile import Device, Layer, Profile
+from planopt.profile import Device, Profile
 from planopt.simulate import Scorer
 
 MIN_ADVANTAGE = 0.01  # advantages below 1% of T are noise, not advantages
@@ -74,10 +75,24 @@ def perturb(profile: Profile, noise: Noise, rng: np.random.Generator) -> Profile
     layers = []
     for layer in profile.layers:
         fwd, bwd = layer.fwd * factor(noise.times), layer.bwd * factor(noise.times)
-        saved = round(layer.saved_bytes * factor(noise.sizes))
+        # One draw scales every activation-sized tensor of the layer together
+        # (as one draw scaled version 1's one saved size).
+        size = factor(noise.sizes)
         fwork = round(layer.fwd_work_bytes * factor(noise.sizes))
         bwork = round(layer.bwd_work_bytes * factor(noise.sizes))
-        layers.append(Layer(layer.name, fwd, bwd, saved, fwork, bwork, layer.signature))
+        layers.append(
+            dataclasses.replace(
+                layer,
+                fwd=fwd,
+                bwd=bwd,
+                out_bytes=round(layer.out_bytes * size),
+                saved_bytes=round(layer.saved_bytes * size),
+                input_grad_bytes=round(layer.input_grad_bytes * size),
+                param_grad_bytes=round(layer.param_grad_bytes * size),
+                fwd_work_bytes=fwork,
+                bwd_work_bytes=bwork,
+            )
+        )
     return profile.replace_layers(layers, device=device)
 
 

@@ -357,10 +357,10 @@ class Executor(nn.Module):
 
     def _check_sizes(self, step: Step) -> None:
         for i, (layer, spec) in enumerate(zip(step.layers, self.profile.layers, strict=True)):
-            if layer.forward_bytes != spec.saved_bytes:
+            if layer.forward_bytes != spec.product_bytes:
                 raise ProfileMismatchError(
                     f"{where(i, spec.name)}: saved bytes must match the profile "
-                    f"({spec.saved_bytes}), measured {layer.forward_bytes}; the profile was "
+                    f"({spec.product_bytes}), measured {layer.forward_bytes}; the profile was "
                     "measured with another batch shape, dtype, device or loss"
                 )
         self._verify = False  # checked once, on the first step that passes

@@ -308,7 +308,7 @@ def profile(
         sig = chain.signatures[i]
         shape, dtype = counts.shapes[i]
         layers.append(
-            Layer(
+            Layer.v1(
                 name=chain.names[i],
                 fwd=statistics.median(fwd[i]),
                 bwd=statistics.median(bwd[i]),

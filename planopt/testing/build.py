@@ -31,7 +31,8 @@ def space_optima(profile: Profile, budget: int) -> dict[str, float | None]:
 
     scorer = Scorer(profile)
     best: dict[Space, float] = {}
-    for raw in enumerate_raw(len(profile.layers)):
+    flags = tuple(layer.saves_input for layer in profile.layers)
+    for raw in enumerate_raw(len(profile.layers), saves_input=flags):
         actions = raw[0]
         makespan, peak = scorer.score(*raw)
         if peak > budget:
@@ -48,7 +49,7 @@ def space_optima(profile: Profile, budget: int) -> dict[str, float | None]:
 
 
 def _three_layers(link: float, name: str) -> Profile:
-    layers = tuple(Layer(f"l{i}", fwd=1.0, bwd=2.0, saved_bytes=4) for i in range(3))
+    layers = tuple(Layer.v1(f"l{i}", fwd=1.0, bwd=2.0, saved_bytes=4) for i in range(3))
     return Profile(name, Device("link", link, link, 0.0), 0, layers)
 
 

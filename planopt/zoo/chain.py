@@ -131,7 +131,7 @@ def layers(groups: Sequence[Group], hw: Hardware) -> tuple[Layer, ...]:
             + _holding(group.ops[-1].outputs, owner, i)
         )
         result.append(
-            Layer(
+            Layer.v1(
                 name=group.name,
                 fwd=_round(_seconds(hw, group.ops, backward=False)),
                 bwd=_round(_seconds(hw, group.ops, backward=True)),
@@ -185,7 +185,7 @@ def to_profile(net: Network, hw: Hardware, *, name: str) -> Profile:
     """The profile of `net` on `hw`, with a `source` that says how it was estimated."""
     chain = layers(net.groups, hw)
     static = static_bytes(net)
-    saved = sum(layer.saved_bytes for layer in chain)
+    saved = sum(layer.product_bytes for layer in chain)
     gib = 2**30
     source = (
         f"ESTIMATES, not measurements: planopt.zoo roofline model ({hw.summary()}). "

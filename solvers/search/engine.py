@@ -69,7 +69,7 @@ class Incumbent:
         self.actions: list[Action] = list(plan.actions)
         self.prefetch: list[int | None] = list(plan.prefetch_at)
         self.wait: list[int | None] = list(plan.swap_wait)
-        self.need = need_indices(self.actions)
+        self.need = need_indices(self.actions, self.problem.profile)
         self.evals = 0
         self.windows = 0
         self.key = self._score()
@@ -118,7 +118,7 @@ class Incumbent:
         for i, action, _, _ in changes:
             undo[i] = (self.actions[i], self.prefetch[i], self.wait[i])
             self.actions[i] = action
-        need = need_indices(self.actions)
+        need = need_indices(self.actions, self.problem.profile)
         touched = set(undo)
         for i, action, lead, offset in changes:
             if action is SWAP:
@@ -206,7 +206,7 @@ class Incumbent:
         self.actions = list(plan.actions)
         self.prefetch = list(plan.prefetch_at)
         self.wait = list(plan.swap_wait)
-        self.need = need_indices(self.actions)
+        self.need = need_indices(self.actions, self.problem.profile)
         self.key = key
         self._note_best()
         return True

@@ -133,7 +133,7 @@ def exact_window(
         return False
     if window.shifts == (0,):
         return inc.offer(plan)
-    need = need_indices(plan.actions)
+    need = need_indices(plan.actions, problem.profile)
     changes: list[Change] = []
     for shift in window.shifts:
         for i in range(lo, hi):
@@ -159,6 +159,8 @@ def window_phase(
         sizes.append(min(n, 2 * sizes[-1]))
 
     def run(inc: Incumbent) -> bool:
+        if not inc.problem.profile.is_v1:  # NOTE: transitional, the exact model is v1 only
+            return False
         for current in sizes:
             improved = False
             for window in windows(current):
