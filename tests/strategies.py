@@ -118,7 +118,7 @@ def plans(
     `swap_wait` None or in `[i+1, L-1]`."""
     n = len(profile.layers)
     acts = [draw(actions) for _ in range(n)]
-    need = need_indices(acts)
+    need = need_indices(acts, profile)
     prefetch: list[int | None] = [None] * n
     wait: list[int | None] = [None] * n
     for i, a in enumerate(acts):
@@ -133,6 +133,70 @@ def plans(
 def profile_and_plan(draw, min_layers: int = 1, max_layers: int = 8, **profile_kw):
     """`(profile, plan)` with the plan valid for the profile."""
     profile = draw(profiles(min_layers, max_layers, **profile_kw))
+    return profile, draw(plans(profile))
+
+
+# -- version 2: layers with the flag mix of real nets -----------------------------
+
+# kind -> (saves_input, saves_output, has internals, has parameters)
+V2_KINDS: dict[str, tuple[bool, bool, bool, bool]] = {
+    "conv": (True, False, False, True),
+    "linear": (True, False, False, True),
+    "norm": (True, False, True, True),  # its input and its statistics
+    "relu": (False, True, False, False),
+    "softmax": (False, True, False, False),
+    "dropout": (False, False, True, False),  # the mask
+    "attention": (True, False, True, True),
+    "add": (False, False, False, False),
+}
+
+
+@st.composite
+def v2_profiles(
+    draw, min_layers: int = 1, max_layers: int = 6, *, positive_times: bool = False
+) -> Profile:
+    """A valid version-2 profile whose layers are drawn from real layers' kinds.
+
+    Each layer's input gradient has the size of its input (`x_i`, the output
+    of the layer below) unless that input needs no gradient; layer 0 has none.
+    Dyadic times and small sizes, as `profiles` draws them.
+    """
+    n = draw(st.integers(min_value=min_layers, max_value=max_layers))
+    out: list[Layer] = []
+    below = 0
+    for i in range(n):
+        kind = draw(st.sampled_from(sorted(V2_KINDS)))
+        saves_in, saves_out, internal, params = V2_KINDS[kind]
+        size = draw(st.integers(min_value=0, max_value=48))
+        out.append(
+            Layer(
+                name=f"{kind}{i}",
+                fwd=draw(seconds(positive=positive_times)),
+                bwd=draw(seconds(positive=positive_times)),
+                out_bytes=size,
+                saved_bytes=draw(st.integers(1, 24)) if internal else 0,
+                saves_input=saves_in,
+                saves_output=saves_out,
+                input_grad_bytes=below if i > 0 and draw(st.booleans()) else 0,
+                param_grad_bytes=draw(_bytes(16)) if params else 0,
+                fwd_work_bytes=draw(_bytes(16)),
+                bwd_work_bytes=draw(_bytes(16)),
+                signature=kind,
+            )
+        )
+        below = size
+    return Profile(
+        name="hyp-v2",
+        device=draw(devices()),
+        static_bytes=draw(_bytes(100)),
+        layers=tuple(out),
+    )
+
+
+@st.composite
+def v2_profile_and_plan(draw, min_layers: int = 1, max_layers: int = 6, **kw):
+    """`(profile, plan)`: a version-2 profile and a plan valid for it."""
+    profile = draw(v2_profiles(min_layers, max_layers, **kw))
     return profile, draw(plans(profile))
 
 
@@ -181,7 +245,7 @@ def random_plan(rng: random.Random, profile: Profile) -> Plan:
     n = len(profile.layers)
     weights = [rng.random() + 0.05 for _ in ACTIONS]
     acts = rng.choices(ACTIONS, weights=weights, k=n)
-    need = need_indices(acts)
+    need = need_indices(acts, profile)
     prefetch: list[int | None] = [None] * n
     wait: list[int | None] = [None] * n
     for i, a in enumerate(acts):
