@@ -7,15 +7,15 @@ know where the copies are. This module only finds them; planning is in
 
 How layers are compared: each layer gets a key. A layer with a `signature`
 is keyed by it (the spec: equal signatures mean the same layer). A layer
-without one is keyed by its numbers `(fwd, bwd, saved_bytes,
-fwd_work_bytes, bwd_work_bytes)`: layers whose numbers all agree within a
+without one is keyed by its numbers (times, every size, and the two
+`saves_*` flags as 0/1): layers whose numbers all agree within a
 relative tolerance `rtol` share a key (measured profiles of one block vary
 a little from copy to copy).
 
 NOTE (clustering numbers): "within tolerance" is not transitive, so keys
 are assigned in one pass in layer order: a layer joins the existing cluster
-whose running mean it is closest to (largest relative deviation over the
-five numbers), when that deviation is at most `rtol`; else it starts a new
+whose running mean it is closest to (largest relative deviation over its
+numbers), when that deviation is at most `rtol`; else it starts a new
 cluster. Comparing with the mean rather than with one member halves the
 spread that noise adds; the pass is deterministic.
 
@@ -168,8 +168,20 @@ def layer_keys(
 
 
 def _numbers(layer) -> np.ndarray:
+    """Every number of the layer the cost model reads (flags as 0/1: never within rtol)."""
     return np.array(
-        [layer.fwd, layer.bwd, layer.product_bytes, layer.fwd_work_bytes, layer.bwd_work_bytes],
+        [
+            layer.fwd,
+            layer.bwd,
+            layer.out_bytes,
+            layer.saved_bytes,
+            layer.input_grad_bytes,
+            layer.param_grad_bytes,
+            layer.fwd_work_bytes,
+            layer.bwd_work_bytes,
+            float(layer.saves_input),
+            float(layer.saves_output),
+        ],
         dtype=float,
     )
 

@@ -15,6 +15,14 @@ Families (scales are per chain, so chains differ in more than one unit):
   layers; ops are matmul-like, attention-like (large saved tensors) or elementwise.
 - "mixed": 2-3 segments, each drawn from one of the three families above.
 `static_bytes` is `static_fraction` (default 0.25) of the summed saved bytes.
+
+`version=2` gives the same chain under cost model version 2: each layer's
+drawn size is its output, and it becomes a kind of real layer (linear or
+convolution: saves its input; ReLU: saves its output; norm: its input and
+statistics; dropout: a mask; attention: its input and 4x its output of
+internals; add: nothing), chosen by a hash of (seed, signature) so that
+copies of a repeated block agree; its input gradient has the size of its
+input. The version-1 draws are unchanged (the kinds use no random draws).
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import zlib
 from collections.abc import Sequence
 
 import numpy as np
@@ -183,6 +192,49 @@ def _family(rng: np.random.Generator, family: str, n: int, noise: float) -> list
     return out
 
 
+# kind -> (weight, saves_input, saves_output, internals as a fraction of the output)
+V2_KINDS: dict[str, tuple[float, bool, bool, float]] = {
+    "linear": (0.35, True, False, 0.0),
+    "relu": (0.25, False, True, 0.0),
+    "norm": (0.15, True, False, 1 / 64),
+    "dropout": (0.10, False, False, 0.5),
+    "attention": (0.10, True, False, 4.0),
+    "add": (0.05, False, False, 0.0),
+}
+
+
+def _v2_kind(seed: int, key: str) -> str:
+    """A kind of `V2_KINDS` by weight, from a hash of (seed, key): no random draws."""
+    u = zlib.crc32(f"{seed}:{key}".encode()) / 2**32
+    acc = 0.0
+    for kind, (weight, *_) in V2_KINDS.items():
+        acc += weight
+        if u < acc:
+            return kind
+    return "add"
+
+
+def _as_v2(layers: Sequence[Layer], seed: int) -> tuple[Layer, ...]:
+    """The version-2 reading of drawn layers (see the module doc)."""
+    out = []
+    below = 0
+    for i, layer in enumerate(layers):
+        kind = _v2_kind(seed, layer.signature if layer.signature is not None else f"#{i}")
+        _, saves_in, saves_out, inner = V2_KINDS[kind]
+        size = layer.out_bytes
+        out.append(
+            dataclasses.replace(
+                layer,
+                saved_bytes=round(inner * size),
+                saves_input=saves_in,
+                saves_output=saves_out,
+                input_grad_bytes=below if i > 0 else 0,
+            )
+        )
+        below = size
+    return tuple(out)
+
+
 def random_chain(
     n_layers: int,
     *,
@@ -191,6 +243,7 @@ def random_chain(
     device: Device | None = None,
     static_fraction: float = 0.25,
     noise: float = 0.0,
+    version: int = 1,
 ) -> Profile:
     """A synthetic profile of `n_layers` layers, deterministic per seed (see module doc)."""
     if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
@@ -212,10 +265,14 @@ def random_chain(
             )
     rng = np.random.default_rng(seed)
     drawn = _family(rng, family, n_layers, float(noise))
+    if version not in (1, 2):
+        raise InvalidProfileError(f"random_chain: version must be 1 or 2, got {version!r}")
     layers = tuple(dataclasses.replace(layer, name=f"l{i}") for i, layer in enumerate(drawn))
+    if version == 2:
+        layers = _as_v2(layers, seed)
     static = round(static_fraction * sum(layer.product_bytes for layer in layers))
     return Profile(
-        name=f"random-{family}-n{n_layers}-seed{seed}",
+        name=f"random-{family}-n{n_layers}-seed{seed}" + ("-v2" if version == 2 else ""),
         device=DEFAULT_DEVICE if device is None else device,
         static_bytes=static,
         layers=layers,

@@ -6,6 +6,8 @@ Exceptions go in `OVERRIDES`, each with its reason.
 
 from __future__ import annotations
 
+from fnmatch import fnmatch
+
 import pytest
 
 from planopt import registry
@@ -13,8 +15,21 @@ from planopt.registry import Space
 from planopt.testing import check_method, load_bank
 from planopt.testing.build import space_optima
 
-# (method, instance name or "*") -> why the bank's rules do not apply there.
-OVERRIDES: dict[tuple[str, str], str] = {}
+# (method, instance-name pattern) -> why the bank's rules do not apply there.
+_NO_V2_MODEL = "the exact model and the relaxation do not model cost model v2 yet (issue 13)"
+OVERRIDES: dict[tuple[str, str], str] = {
+    (method, pattern): _NO_V2_MODEL
+    for method in ("exact", "recompute-only", "swap-only", "lower-bound")
+    for pattern in ("spec-*", "*-v2-*")
+}
+
+
+def _override(method: str, name: str) -> str | None:
+    for (m, pattern), reason in OVERRIDES.items():
+        if m == method and fnmatch(name, pattern):
+            return reason
+    return None
+
 
 # Work per solve: enough for every exact method to prove these tiny optima.
 WORK = 20.0
@@ -23,7 +38,7 @@ WORK = 20.0
 def _cases():
     for method in registry.available():
         for instance in load_bank():
-            reason = OVERRIDES.get((method, instance.name)) or OVERRIDES.get((method, "*"))
+            reason = _override(method, instance.name)
             marks = [pytest.mark.skip(reason=reason)] if reason else []
             yield pytest.param(method, instance, id=f"{method}-{instance.name}", marks=marks)
 

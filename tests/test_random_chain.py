@@ -184,3 +184,25 @@ def test_repeated_chain_rejects_bad_input():
         repeated_chain([Layer.v1("a", 1.0, 1.0, 1)], -1)
     with pytest.raises(InvalidProfileError, match="block must hold at least one layer"):
         repeated_chain([], 2)
+
+
+def test_version_2_chains_keep_the_version_1_draws_and_add_real_flags():
+    v1 = random_chain(80, seed=4, family="transformer")
+    v2 = random_chain(80, seed=4, family="transformer", version=2)
+    assert v1.is_v1 and not v2.is_v1 and v2.name.endswith("-v2")
+    assert [x.out_bytes for x in v1.layers] == [x.out_bytes for x in v2.layers]
+    assert [x.fwd for x in v1.layers] == [x.fwd for x in v2.layers]
+    assert v2.layers[0].input_grad_bytes == 0
+    for below, layer in zip(v2.layers, v2.layers[1:], strict=False):
+        assert layer.input_grad_bytes == below.out_bytes
+    kinds = {(x.saves_input, x.saves_output, x.saved_bytes > 0) for x in v2.layers}
+    assert len(kinds) >= 3  # a mix of real layers' rules
+    # copies of a repeated block (equal signatures) get equal flags
+    by_sig: dict = {}
+    for x in v2.layers:
+        if x.signature is not None:
+            flags = (x.saves_input, x.saves_output)
+            assert by_sig.setdefault(x.signature, flags) == flags
+    assert random_chain(80, seed=4, family="transformer", version=2) == v2
+    with pytest.raises(InvalidProfileError, match="version"):
+        random_chain(5, version=3)

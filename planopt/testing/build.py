@@ -21,8 +21,21 @@ from planopt.registry import Space
 from planopt.simulate import Scorer
 from planopt.testing.bank import BANK_FILE
 
-CHAINS = ((2, "uniform", 0), (2, "mixed", 1), (3, "cnn", 0), (3, "mixed", 2), (4, "uniform", 3))
+# (layers, family, seed, cost-model version of the chain)
+CHAINS = (
+    (2, "uniform", 0, 1),
+    (2, "mixed", 1, 1),
+    (3, "cnn", 0, 1),
+    (3, "mixed", 2, 1),
+    (4, "uniform", 3, 1),
+    (3, "transformer", 5, 2),
+    (3, "mixed", 6, 2),
+    (4, "cnn", 7, 2),
+    (4, "mixed", 8, 2),
+)
 FRACTIONS = (0.4, 0.7)
+# The spec's hand-made version-2 cases (tests/data/ holds a copy).
+SPEC_CASES = Path(__file__).resolve().parents[2] / "tests" / "data" / "v2-cases.json"
 
 
 def space_optima(profile: Profile, budget: int) -> dict[str, float | None]:
@@ -106,8 +119,8 @@ def hand_worked() -> list[dict]:
 def generated() -> list[dict]:
     """Seeded random chains at budgets from below the minimum to keep-all."""
     out = []
-    for n, family, seed in CHAINS:
-        profile = random_chain(n, seed=seed, family=family)
+    for n, family, seed, version in CHAINS:
+        profile = random_chain(n, seed=seed, family=family, version=version)
         low, high = min_budget(profile), keep_all_peak(profile)
         budgets = {"below-min": low - 1, "min": low, "keep-all": high}
         for r in FRACTIONS:
@@ -115,21 +128,52 @@ def generated() -> list[dict]:
         for label, budget in budgets.items():
             out.append(
                 {
-                    "name": f"{family}-n{n}-seed{seed}-{label}",
+                    "name": f"{family}-n{n}-seed{seed}-v{version}-{label}",
                     "profile": profile_to_dict(profile),
                     "budget": budget,
                     "optimum": space_optima(profile, budget),
-                    "source": f"random_chain({n}, seed={seed}, family={family!r}), enumeration",
+                    "source": (
+                        f"random_chain({n}, seed={seed}, family={family!r}, version={version}), "
+                        "enumeration"
+                    ),
                 }
             )
+    return out
+
+
+def spec_cases() -> list[dict]:
+    """The spec's version-2 cases, each at the budget of its own plan's peak."""
+    from planopt.io import plan_from_dict, profile_from_dict
+    from planopt.simulate import simulate
+
+    if not SPEC_CASES.exists():
+        return []
+    out = []
+    for case in json.loads(SPEC_CASES.read_text(encoding="utf-8"))["cases"]:
+        profile = profile_from_dict(case["profile"])
+        schedule = simulate(profile, plan_from_dict(case["plan"]))
+        budget = schedule.peak_bytes
+        out.append(
+            {
+                "name": f"spec-{profile.name}",
+                "profile": profile_to_dict(profile),
+                "budget": budget,
+                "optimum": space_optima(profile, budget),
+                "source": "the spec's hand-made v2 case at its plan's peak; optima by enumeration",
+                "why": (
+                    f"{case['what']}. The spec's plan runs in {schedule.makespan:g} s at this "
+                    f"peak ({budget} B), so the optimum is at most that."
+                ),
+            }
+        )
     return out
 
 
 def main() -> None:
     path = Path(__file__).with_name(BANK_FILE)
     data = {
-        "about": "planopt's known-answer bank (cost model v1 profiles); see planopt.testing",
-        "instances": hand_worked() + generated(),
+        "about": "planopt's known-answer bank (cost model v2; v1 chains too); see planopt.testing",
+        "instances": hand_worked() + spec_cases() + generated(),
     }
     path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {len(data['instances'])} instances to {path}")
