@@ -21,28 +21,15 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import planopt
 from planopt import registry
+from planopt.testing.load import busy_cores
 
 DEFAULT_OUTPUT = Path(__file__).parent / "results" / "work_limits.md"
-
-
-@contextmanager
-def busy(count: int):
-    """`count` processes spinning on the CPU while the block runs."""
-    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
-    try:
-        yield
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
 
 
 def timed(profile, budget, method, work):
@@ -69,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         for work in args.work:
             quiet, quiet_s = timed(profile, args.budget, method, work)
-            with busy(args.load):
+            with busy_cores(args.load):
                 loaded, loaded_s = timed(profile, args.budget, method, work)
             same = quiet.plan == loaded.plan and quiet.work_used == loaded.work_used
             overhead = "-" if quiet.schedule is None else f"{100 * quiet.schedule.overhead:.2f}%"

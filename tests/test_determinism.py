@@ -8,29 +8,14 @@ Nothing here reads a clock.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from contextlib import contextmanager
-
 import pytest
 
 import planopt
 from planopt import registry
+from planopt.testing.load import busy_cores
 
 # Work per solve: enough for every search to run several phases on this net.
 WORK = 1.5
-
-
-@contextmanager
-def busy_cores(count: int = 2):
-    """`count` processes spinning on the CPU for the duration of the block."""
-    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
-    try:
-        yield
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture(scope="module")
