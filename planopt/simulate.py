@@ -10,6 +10,11 @@ Times come from one pass over the three queues in their spec order (the
 compute stream's order is fixed by the plan, each copy queue is FIFO in a
 fixed order), so no event heap is needed. Memory is one vectorised sweep
 over allocation and free events sorted by (time, frees first).
+
+NOTE (size): the timing pass and the memory sweep read the same structure
+of the plan (its recompute runs, where each is regenerated, which outputs
+have a backward reader: `Runs`); kept in one module so that structure is
+computed once and never travels between two.
 """
 
 from __future__ import annotations
