@@ -34,7 +34,7 @@ hold are the layer's scratch (the largest over its operators):
   `x_i`, layer `i`'s products, earlier layers' internals and earlier outputs
   that a backward reads (as keep-all does). Scratch is, e.g., the QKV
   projection's output that the context op reads four layers later (no
-  backward reads it), the masked attention scores, or inside a bottleneck
+  backward reads it), the unmasked attention scores, or inside a bottleneck
   block the third batch norm's output that only the residual add reads.
 - `bwd_work_bytes`: gradients other than those of `x_i` and `x_{i+1}` (which
   the chain models: `input_grad_bytes` of layers `i` and `i+1`), e.g. inner
@@ -77,9 +77,10 @@ class Group:
     def layer_signature(self, context: str) -> str:
         """Operator shapes plus `context`: how the chain holds the tensors they touch.
 
-        Shapes alone are not enough for "equal signatures, equal numbers": a
-        ReLU's output is read by no backward after a batch norm that an
-        in-place ReLU overwrites, and by the next conv's backward elsewhere.
+        Shapes alone are not enough for "equal signatures, equal numbers":
+        whether each tensor is the layer's input, output, internal, held by an
+        earlier layer or scratch changes its numbers (a first conv on the
+        static batch has no input gradient; a conv after another has).
         """
         base = self.signature or "+".join(op.signature for op in self.ops)
         return f"{base}|{context}"
@@ -145,10 +146,10 @@ def products(groups: Sequence[Group]) -> tuple[Products, ...]:
                     internals[i].setdefault(t.key, t)
                 else:
                     earlier.append((i, op, t))
-    read_out = _read_outputs(outputs, saves_in, saves_out)
-    held = {key for mine in internals for key in mine} | set(read_out)
+    held_from = _read_outputs(outputs, saves_in, saves_out)
+    held_from.update({key: k for k, mine in enumerate(internals) for key in mine})
     for i, op, t in earlier:
-        if t.key not in held:
+        if held_from.get(t.key, math.inf) >= i:
             raise InvalidProfileError(
                 f"{where(i, groups[i].name)}: operator {op.name} saves {t.key}, made by layer "
                 f"{creator[t.key]}, which is neither an internal there nor an output a backward "
