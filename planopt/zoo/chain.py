@@ -49,9 +49,13 @@ during that operator's forward (the input, read by no backward, is freed at
 its end). A per-operator chain's branch (the downsample conv) reads the
 block input, not the previous layer's output, and tensors live across
 layers without a backward reader (the QKV output) count only in the layers
-that touch them. Keep-all memory counts every saved tensor once over its
-whole life; swap and recompute plans on per-operator chains are
-approximations.
+that touch them. A grouped layer's backward holds both boundary gradients
+(`g_i`, `g_{i+1}`) for its whole duration, beside its inner gradients, so
+it needs more than the per-operator chain of the same operators: VGG-16's
+conv1_2+ReLU backward holds five 411 MB tensors (input, output, three
+gradients) where PyTorch holds four at once. Keep-all memory counts every
+saved tensor once over its whole life; swap and recompute plans on
+per-operator chains are approximations.
 """
 
 from __future__ import annotations
