@@ -86,7 +86,9 @@ def test_agrees_on_seeded_larger_chains(seed):
     assert got == (simulate(profile, plan).makespan, simulate(profile, plan).peak_bytes)
 
 
-@pytest.mark.parametrize("name", bundled_profile_names())
+# NOTE: this reference reads version 1 only; the roofline zoo is version 2 now
+# (its agreement is the version-2 reference's job, `tests/reference_v2.py`).
+@pytest.mark.parametrize("name", [n for n in bundled_profile_names() if bundled_profile(n).is_v1])
 def test_agrees_on_bundled_profiles(name):
     profile = bundled_profile(name)
     rng = random.Random(name)

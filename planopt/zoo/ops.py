@@ -3,8 +3,11 @@
 Each constructor's docstring states what PyTorch's autograd saves for the
 backward of that operator (from `tools/autograd/derivatives.yaml` and the
 module code): that is the `saves` of the `Op`. Weights are saved too but live
-in `static_bytes`, so they are not listed. Kernels are the forward and
-backward work in FLOPs and bytes for the roofline model; activations are fp16.
+in `static_bytes`, so they are not listed; a saved batch tensor (images, ids)
+is, as it tells that the layer's backward reads its input. Whether a saved
+tensor is a layer's input, output or internal is decided per layer chain in
+`planopt.zoo.chain`. Kernels are the forward and backward work in FLOPs and
+bytes for the roofline model; activations are fp16.
 
 NOTE (size): a catalogue of 19 independent constructors, one per operator,
 each with the autograd rule it encodes; split by theme it would only move
@@ -376,6 +379,9 @@ def attention_context(name: str, probs: Tensor, qkv: Tensor, heads: int) -> Op:
 def embedding(name: str, ids: Tensor, d: int, tables: tuple[int, ...], *, positions: int) -> Op:
     """Sum of token (and position, token-type) embeddings; saves only the (static) ids.
 
+    (`embedding_backward` takes `indices`: the layer's backward reads its input,
+    the batch, which is static.)
+
     `tables` are the row counts of the per-token tables (word, token type);
     the position table has `positions` rows and is broadcast over the batch.
     The first lookup's result is a temporary of the sum.
@@ -393,7 +399,7 @@ def embedding(name: str, ids: Tensor, d: int, tables: tuple[int, ...], *, positi
         signature=f"embedding[{ids.dims}->{d},tables={'+'.join(map(str, tables))}+{positions}]",
         inputs=(ids,),
         outputs=(out,),
-        saves=(),
+        saves=(ids,),
         scratch=(first,),
         fwd=tuple(fwd),
         bwd=tuple(bwd),

@@ -100,20 +100,24 @@ class Op:
     def bwd_flops(self) -> float:
         return math.fsum(k.flops for k in self.bwd)
 
-    def grad_bytes(self) -> int:
-        """Incoming output gradients plus outgoing input gradients (same dtype as the tensors).
+    def grad_bytes(self, *, skip_output: str | None = None, skip_input: str | None = None) -> int:
+        """Gradients its backward holds: of its outputs (incoming) and of its inputs (outgoing).
 
-        The spec has no term for gradients, so they enter a layer's
-        backward scratch; static inputs (the batch) get no gradient.
+        Same dtype as the tensors; static inputs (the batch) get no gradient.
+        `skip_output`/`skip_input` name a tensor (by key) whose gradient the
+        chain models itself (`input_grad_bytes` of a layer), so it is left out.
+        An in-place op's input and output share a key but not a gradient:
+        they are skipped separately.
         """
-        seen: set[str] = set()
         total = 0
+        seen: set[str] = set()
         for t in self.outputs:
-            if t.key not in seen:
+            if t.key != skip_output and t.key not in seen:
                 seen.add(t.key)
                 total += t.nbytes
+        seen.clear()
         for t in self.inputs:
-            if not t.static and f"grad-in:{t.key}" not in seen:
-                seen.add(f"grad-in:{t.key}")
+            if not t.static and t.key != skip_input and t.key not in seen:
+                seen.add(t.key)
                 total += t.nbytes
         return total
