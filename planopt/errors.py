@@ -58,18 +58,3 @@ class SolverOptionError(PlanoptError, ValueError):
 def where(index: int, name: str | None) -> str:
     """The 'layer 3 (conv2)' prefix every per-layer message starts with."""
     return f"layer {index} ({name})" if name else f"layer {index}"
-
-
-def require_v1(profile, what: str) -> None:
-    """Refuse a profile beyond version 1's reading in code that models only version 1.
-
-    NOTE: transitional. The exact model and the relaxation still model one
-    saved size per layer; a version-2 profile there would be optimised under
-    the wrong cost model, so it is refused with a clear error instead.
-    """
-    if not profile.is_v1:
-        raise UnsupportedProfileError(
-            f"{what}: the profile must be a version-1 reading (one saved size per layer: "
-            f"its output, read by its own backward), got {profile.name!r} with version-2 "
-            f"fields; {what} does not model cost model v2 yet"
-        )

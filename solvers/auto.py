@@ -29,10 +29,8 @@ BLOCK_COVERAGE = 0.5  # repeats must cover this share of the layers for "blocks"
 def choose(problem: Problem, exact_layers: int, rtol: float) -> tuple[str, str]:
     """The method auto uses for `problem`, and why (one line)."""
     n = problem.n
-    if n <= exact_layers and problem.profile.is_v1:
+    if n <= exact_layers:
         return "exact", f"{n} layers <= exact_layers={exact_layers}"
-    if n <= exact_layers:  # NOTE: transitional, until the exact model handles v2
-        return "lns", f"{n} layers, but the exact model does not handle cost model v2 yet"
     structure = find_blocks(problem.profile, rtol=rtol)
     if structure.covered >= BLOCK_COVERAGE * n:
         return "blocks", f"repeated blocks {structure.summary()} cover {structure.covered}/{n}"

@@ -31,7 +31,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from planopt.errors import require_v1
+from planopt.errors import UnsupportedProfileError
 from planopt.plan import KEEP, RECOMPUTE, SWAP, Action, Plan
 from planopt.profile import Profile
 
@@ -269,7 +269,6 @@ def build(
     16-layer chain they lifted CP-SAT's bound from 0 to 0.7% overhead (the
     optimum lies near 6%) without proving more.
     """
-    require_v1(profile, "the exact model")
     choices = choices or {}
     n = len(profile.layers)
     unit, horizon_units = _time_unit(profile)
@@ -278,10 +277,23 @@ def build(
     def ticks(seconds: float) -> int:
         return max(1, round(seconds / unit)) if seconds > 0 else 0
 
-    f = [ticks(layer.fwd) for layer in profile.layers]
-    b = [ticks(layer.bwd) for layer in profile.layers]
-    d_out = [ticks(dev.d2h_seconds(layer.product_bytes)) for layer in profile.layers]
-    d_back = [ticks(dev.h2d_seconds(layer.product_bytes)) for layer in profile.layers]
+    layers = profile.layers
+    f = [ticks(layer.fwd) for layer in layers]
+    b = [ticks(layer.bwd) for layer in layers]
+    # Whose backward reads what (spec v2): the output of i is read by B_i
+    # (saves_output), B_{i+1} (saves_input of i+1), or the block of the run
+    # starting at i+1 (plan-dependent: when i+1 is recompute).
+    saves_in = [layer.saves_input for layer in layers] + [False]
+    saves_out = [layer.saves_output for layer in layers]
+    read_always = [saves_out[i] or saves_in[i + 1] for i in range(n)]
+    # A swap copies its internals, and its output when a backward reads it.
+    d_out_full = [ticks(dev.d2h_seconds(layer.product_bytes)) for layer in layers]
+    d_back_full = [ticks(dev.h2d_seconds(layer.product_bytes)) for layer in layers]
+    d_out_int = [ticks(dev.d2h_seconds(layer.saved_bytes)) for layer in layers]
+    d_back_int = [ticks(dev.h2d_seconds(layer.saved_bytes)) for layer in layers]
+    # The durations every plan's copies take at least (relaxation cuts use these).
+    d_out = [d_out_full[i] if read_always[i] else d_out_int[i] for i in range(n)]
+    d_back = [d_back_full[i] if read_always[i] else d_back_int[i] for i in range(n)]
     horizon = horizon_units
     m = Model(horizon=horizon)
 
@@ -309,9 +321,16 @@ def build(
         prefetch.append(pf)
         m.add(Linear(Expr((*((v, 1) for v in pf.values()), (swap[i], -1))), 0, 0))
         for j, v in pf.items():
-            # j >= need(i): not every layer i+1 .. j+1 is recompute.
+            # j >= need(i) (spec v2): a step j is too early when layers i+1 .. j are
+            # all recompute (none when j = i) and the step after is needed too:
+            # layer j+1 is recompute (the run goes on), or reads its input (the
+            # block moves to B_{j+1}; for j = i, B_{i+1} reads x_{i+1} itself).
             if j + 1 <= n - 1:
-                m.add(Clause((neg(v), *(neg(rec[k]) for k in range(i + 1, j + 2)))))
+                run = tuple(neg(rec[k]) for k in range(i + 1, j + 1))
+                if saves_in[j + 1]:
+                    m.add(Clause((neg(v), *run)))
+                else:
+                    m.add(Clause((neg(v), *run, neg(rec[j + 1]))))
         waits = range(i + 1, n) if with_swap_wait else ()
         if i in choices:
             waits = sorted({j for j in choices[i].wait if i + 1 <= j < n})
@@ -335,7 +354,11 @@ def build(
         m.add(Define(fe[i], var(fs[i]) + f[i], None))
         prev_free = [] if i == 0 else [(var(d2h[i - 1]), None)]
         m.add(MaxEq(os_[i], ((var(fe[i]), None), *prev_free)))
-        m.add(Define(oe[i], var(os_[i]) + d_out[i], None))
+        if read_always[i] or i == n - 1 or d_out_full[i] == d_out_int[i]:
+            m.add(Define(oe[i], var(os_[i]) + d_out[i], None))
+        else:  # the output is copied only when the layer above is recomputed
+            m.add(Define(oe[i], var(os_[i]) + d_out_full[i], pos(rec[i + 1])))
+            m.add(Define(oe[i], var(os_[i]) + d_out_int[i], neg(rec[i + 1])))
         m.add(Define(d2h[i], var(oe[i]), pos(swap[i])))
         m.add(Define(d2h[i], var(d2h[i - 1]) if i else const(0), neg(swap[i])))
 
@@ -365,24 +388,31 @@ def build(
             m.add(MaxEq(start, ((var(issue[j]), None), (h2d, None), (var(oe[x]), None))))
             m.add(Define(cbs[x], var(start), pos(used)))
             after = time(f"h2d_free{j}_{x}")
-            m.add(Define(after, var(start) + d_back[x], pos(used)))
+            m.add(Define(after, var(cbe[x]), pos(used)))
             m.add(Define(after, h2d, neg(used)))
             h2d = var(after)
     for x in range(n):
         m.add(Define(cbs[x], const(0), neg(swap[x])))
-        m.add(Define(cbe[x], var(cbs[x]) + d_back[x], None))
+        if read_always[x] or x == n - 1 or d_back_full[x] == d_back_int[x]:
+            m.add(Define(cbe[x], var(cbs[x]) + d_back[x], None))
+        else:
+            m.add(Define(cbe[x], var(cbs[x]) + d_back_full[x], pos(rec[x + 1])))
+            m.add(Define(cbe[x], var(cbs[x]) + d_back_int[x], neg(rec[x + 1])))
 
     # Recompute blocks: X_j is the issue time of the step whose block
     # regenerates j (the top of j's run); the block waits for a swapped base.
     first = [m.new_bool(f"first{j}") for j in range(n)]
     cont = [m.new_bool(f"cont{j}") for j in range(n)]
     top = [m.new_bool(f"top{t}") for t in range(n)]
+    # The run's block is issued at its top's step, or at the next step when that
+    # layer reads the top's output (spec v2).
     for j in range(n - 1, -1, -1):
         if j == n - 1:
             m.add(Define(block_issue[j], var(issue[j]), None))
         else:
             m.add(Define(block_issue[j], var(block_issue[j + 1]), pos(rec[j + 1])))
-            m.add(Define(block_issue[j], var(issue[j]), neg(rec[j + 1])))
+            step = issue[j + 1] if saves_in[j + 1] else issue[j]
+            m.add(Define(block_issue[j], var(step), neg(rec[j + 1])))
     for j in range(n):
         if j == 0:
             m.add(AndEq(first[j], (pos(rec[j]),)))
@@ -402,18 +432,52 @@ def build(
         m.add(Define(re_[j], var(rs[j]) + f[j], None))
     for t in range(n):
         m.add(AndEq(top[t], (pos(rec[t]),) if t == n - 1 else (pos(rec[t]), neg(rec[t + 1]))))
+    for t in range(n):
+        # B_t follows the block issued at step t, if any: the run whose top is t
+        # (its block stays at t), or the run whose top is t-1 (moved to t).
         pred = time(f"pred{t}")
-        m.add(Define(pred, var(re_[t]), pos(top[t])))
-        m.add(Define(pred, var(issue[t]), neg(top[t])))
-        m.add(MaxEq(bs[t], ((var(pred), None), (var(cbe[t]), pos(swap[t])))))
+        # (a run topped at t is regenerated at t+1 when layer t+1 reads its input)
+        here = None if t + 1 < n and saves_in[t + 1] else top[t]
+        moved = top[t - 1] if t > 0 and saves_in[t] else None
+        if here is not None:
+            m.add(Define(pred, var(re_[t]), pos(here)))
+        if moved is not None:
+            m.add(Define(pred, var(re_[t - 1]), pos(moved)))
+        idle = tuple(neg(x) for x in (here, moved) if x is not None)
+        if idle:
+            none_here = m.new_bool(f"noblock{t}")
+            m.add(AndEq(none_here, idle))
+            m.add(Define(pred, var(issue[t]), pos(none_here)))
+        else:
+            m.add(Define(pred, var(issue[t]), None))
+        waits: list[tuple[Expr, Lit | None]] = [(var(pred), None)]
+        if layers[t].saved_bytes > 0 or saves_out[t]:
+            waits.append((var(cbe[t]), pos(swap[t])))
+        if t > 0 and saves_in[t]:
+            waits.append((var(cbe[t - 1]), pos(swap[t - 1])))
+        m.add(MaxEq(bs[t], tuple(waits)))
         m.add(Define(e[t], var(bs[t]) + b[t], None))
 
     # -- memory --------------------------------------------------------------------
-    layers = profile.layers
+    # The makespan: the last compute operation, or a copy nobody waits for (a
+    # swap whose products no backward reads still copies back its 0 bytes).
+    makespan = time("makespan")
+    m.add(MaxEq(makespan, ((var(e[0]), None), (h2d, None), (var(d2h[n - 1]), None))))
+    # Parameter gradients are held to the end of the step, that instant included
+    # (so even a step of zero length holds them): their intervals end a tick later.
+    after_end = time("after_end")
+    m.add(Define(after_end, var(makespan) + 1, None))
     sizes = [
         v
         for layer in layers
-        for v in (layer.product_bytes, layer.fwd_work_bytes, layer.bwd_work_bytes)
+        for v in (
+            layer.out_bytes,
+            layer.saved_bytes,
+            layer.input_grad_bytes,
+            layer.param_grad_bytes,
+            layer.fwd_work_bytes,
+            layer.bwd_work_bytes,
+        )
         if v > 0
     ]
     g = math.gcd(*sizes) if sizes else 1
@@ -430,31 +494,94 @@ def build(
         if nbytes > 0:
             m.intervals.append(Interval(start, end, nbytes // g, present, in_forward, min_len == 0))
 
+    def both(a: Lit, b: Lit, name: str) -> Lit:
+        v = m.new_bool(name)
+        m.add(AndEq(v, (a, b)))
+        return pos(v)
+
     for i, layer in enumerate(layers):
         nxt = min(i + 1, n - 1)
-        s = layer.product_bytes
-        saved_free = time(f"s{i}.free")
-        m.add(Define(saved_free, var(e[i]), pos(keep[i])))
-        m.add(Define(saved_free, var(fe[nxt]), pos(rec[i])))
-        swap_free = time(f"s{i}.swapfree")
-        m.add(MaxEq(swap_free, ((var(oe[i]), None), (var(fe[nxt]), None))))
-        m.add(Define(saved_free, var(swap_free), pos(swap[i])))
-        # min_len: the least the interval can last (0: it may vanish).
+        last = i == n - 1
+        fwd_use = fe[nxt]  # the output's forward use: F_{i+1} (F_i for the last layer)
         f_pair = f[i] + (f[nxt] if nxt != i else 0)
-        interval(fs[i], saved_free, s, None, f_pair, in_forward=True)
+        # Internals: to B_i when kept, to the later of copy out and F_i when swapped.
+        if layer.saved_bytes > 0:
+            int_free = time(f"int{i}.free")
+            int_swapfree = time(f"int{i}.swapfree")
+            m.add(MaxEq(int_swapfree, ((var(oe[i]), None), (var(fe[i]), None))))
+            m.add(Define(int_free, var(e[i]), pos(keep[i])))
+            m.add(Define(int_free, var(fe[i]), pos(rec[i])))
+            m.add(Define(int_free, var(int_swapfree), pos(swap[i])))
+            interval(fs[i], int_free, layer.saved_bytes, None, f[i], in_forward=True)
+            interval(cbs[i], e[i], layer.saved_bytes, pos(swap[i]), d_back_int[i] + b[i])
+            interval(rs[i], e[i], layer.saved_bytes, pos(rec[i]), f[i] + b[i])
+        # The output: its last backward reader is B_i, else B_{i+1}, else the
+        # block above (which reads it to the end of its first forward).
+        o = layer.out_bytes
+        if saves_out[i]:
+            reader: int | None = e[i]
+        elif saves_in[i + 1]:
+            reader = e[i + 1]
+        elif not last:
+            reader = re_[i + 1]  # read only when layer i+1 is recompute
+        else:
+            reader = None
+        out_free = time(f"out{i}.free")
+        m.add(Define(out_free, var(fwd_use), pos(rec[i])))
+        swap_free = time(f"out{i}.swapfree")
+        m.add(MaxEq(swap_free, ((var(oe[i]), None), (var(fwd_use), None))))
+        if read_always[i]:
+            m.add(Define(out_free, var(reader), pos(keep[i])))
+            m.add(Define(out_free, var(swap_free), pos(swap[i])))
+            back_present: Lit | None = pos(swap[i])
+        elif reader is not None:  # read only by the block above, if i+1 is recompute
+            kept_read = both(pos(keep[i]), pos(rec[i + 1]), f"keepread{i}")
+            kept_unread = both(pos(keep[i]), neg(rec[i + 1]), f"keepunread{i}")
+            m.add(Define(out_free, var(reader), kept_read))
+            m.add(Define(out_free, var(fwd_use), kept_unread))
+            back_present = both(pos(swap[i]), pos(rec[i + 1]), f"swapread{i}")
+            swap_unread = both(pos(swap[i]), neg(rec[i + 1]), f"swapunread{i}")
+            m.add(Define(out_free, var(swap_free), back_present))
+            m.add(Define(out_free, var(fwd_use), swap_unread))
+        else:  # the last layer's output with no reader
+            m.add(Define(out_free, var(fwd_use), pos(keep[i])))
+            m.add(Define(out_free, var(fwd_use), pos(swap[i])))
+            back_present = None
+        interval(fs[i], out_free, o, None, f_pair, in_forward=True)
+        if back_present is not None:
+            interval(cbs[i], reader, o, back_present, 0)
+        # Regenerated in a block: the output to its last reader (B_i, else
+        # B_{i+1}), else to the end of its forward use in the block.
+        regen_free = time(f"regen{i}.free")
+        if saves_out[i]:
+            m.add(Define(regen_free, var(e[i]), None))
+        elif saves_in[i + 1]:
+            m.add(Define(regen_free, var(e[i + 1]), None))
+        elif last:
+            m.add(Define(regen_free, var(re_[i]), None))
+        else:
+            m.add(Define(regen_free, var(re_[i + 1]), pos(rec[i + 1])))
+            m.add(Define(regen_free, var(re_[i]), neg(rec[i + 1])))
+        interval(rs[i], regen_free, o, pos(rec[i]), 0)
         interval(fs[i], fe[i], layer.fwd_work_bytes, None, f[i], in_forward=True)
-        interval(cbs[i], e[i], s, pos(swap[i]), d_back[i] + b[i])
-        interval(rs[i], e[i], s, pos(rec[i]), f[i] + b[i])
         interval(rs[i], re_[i], layer.fwd_work_bytes, pos(rec[i]), f[i])
         interval(bs[i], e[i], layer.bwd_work_bytes, None, b[i])
+        # Gradients: g_i from B_i to the end of B_{i-1}; parameter gradients to the end.
+        if i > 0:
+            interval(bs[i], e[i - 1], layer.input_grad_bytes, None, b[i] + b[i - 1])
+        interval(bs[i], after_end, layer.param_grad_bytes, None, 1)
 
     # Redundant: the compute stream alone takes every forward, backward and
     # recomputation (helps the LP bound; implied by the definitions above).
     recompute = Expr(tuple((rec[j], f[j]) for j in range(n)))
     m.add(Linear(var(e[0]) - recompute, sum(f) + sum(b), None, in_ticks=True))
     if redundant:
+        if not profile.is_v1:
+            raise UnsupportedProfileError(
+                "redundant cuts: the profile must be a version-1 reading, got version-2 fields"
+            )
         _add_relaxation_cuts(m, profile, e[0], keep, swap, f, b, d_out, d_back, g)
-    m.objective = e[0]
+    m.objective = makespan
     n_ops = 5 * n  # forward, recompute, backward, two copies per layer at most
     return Formulation(m, profile, budget, unit, keep, swap, rec, prefetch, wait, n_ops)
 

@@ -9,9 +9,14 @@ plan must obey:
   ends, and every copy back of a layer >= t ends before `B_t` starts;
 * a swapped layer's copy out (after `F_i`) and copy back precede `B_i`,
   and D2H runs the copies out one at a time;
-* memory: strictly inside `F_i` (positive duration) every kept tensor below
-  `i - 1` is alive besides `s_{i-1}`, `s_i` and the forward scratch; inside
-  `B_t` every kept tensor below `t` is alive besides `s_t` and its scratch;
+* memory (cost model v2): strictly inside `F_i` (positive duration) every
+  kept layer's read products below `i - 1` are alive besides `x_i` (the
+  output of `i - 1`), the internals and output of `i`, the internals of
+  `i - 1` if kept, and the forward scratch; inside `B_t` every kept layer's
+  read products below `t` are alive besides what `B_t` reads, the gradients
+  `g_t` and `g_{t+1}`, the parameter gradients allocated since `B_{L-1}` and
+  its scratch (a product only a recompute block reads is left out: that
+  keeps the rows below what any plan holds);
 * the copy engines cannot free memory faster than they move bytes. A
   swapped `s_j` stays on the device until its copy out ends, and no copy out
   of a layer `>= k` starts before `F_k` ends, so inside `F_i` the swapped
@@ -37,7 +42,6 @@ import math
 
 import pulp
 
-from planopt.errors import require_v1
 from planopt.profile import Profile
 from solvers.highs import solve_with_highs
 
@@ -51,24 +55,44 @@ def relaxation_bound(
     threads: int = 1,
 ) -> float | None:
     """A proven lower bound in seconds, or None if even the relaxation cannot fit `budget`."""
-    require_v1(profile, "the relaxation bound")
     layers = profile.layers
     n = len(layers)
     dev = profile.device
+    # Version 2: a layer's products that every plan's backward reads (its
+    # internals, its output when B_i or B_{i+1} reads it) are what keeping it
+    # holds and what swapping it copies at least (`copied`); a recompute block
+    # above may add its output, which only makes real plans use more.
+    saves_in = [x.saves_input for x in layers] + [False]
+    read = [x.saves_output or saves_in[i + 1] for i, x in enumerate(layers)]
+    copied = [x.saved_bytes + (x.out_bytes if read[i] else 0) for i, x in enumerate(layers)]
     # NOTE: rows mix bytes (~1e9) and seconds (~1e-3); unscaled, HiGHS's
     # absolute tolerances returned "optima" above a feasible plan's makespan.
     # Time is in units of T_ideal and memory in units of the largest tensor.
-    copies = [dev.d2h_seconds(x.product_bytes) + dev.h2d_seconds(x.product_bytes) for x in layers]
+    copies = [dev.d2h_seconds(c) + dev.h2d_seconds(c) for c in copied]
     t_unit = max(profile.t_ideal, *copies)
     if not t_unit > 1e-200:  # nothing takes time: the bound is T_ideal itself
         return profile.t_ideal
-    m_unit = float(max([1, *(layer.product_bytes for layer in layers)]))
+    m_unit = float(max([1, *(x.product_bytes for x in layers)]))
     cap = (budget - profile.static_bytes) / m_unit
     f = [layer.fwd / t_unit for layer in layers]
     b = [layer.bwd / t_unit for layer in layers]
-    s = [layer.product_bytes / m_unit for layer in layers]
-    d_out = [dev.d2h_seconds(layer.product_bytes) / t_unit for layer in layers]
-    d_in = [dev.h2d_seconds(layer.product_bytes) / t_unit for layer in layers]
+    s = [c / m_unit for c in copied]
+    out = [x.out_bytes / m_unit for x in layers]
+    internals = [x.saved_bytes / m_unit for x in layers]
+    d_out = [dev.d2h_seconds(c) / t_unit for c in copied]
+    d_in = [dev.h2d_seconds(c) / t_unit for c in copied]
+    # What B_t needs besides kept products below: what it reads, the gradients
+    # g_t and g_{t+1}, every parameter gradient allocated so far, its scratch.
+    backward_fixed = []
+    param_grads = 0
+    for t in range(n - 1, -1, -1):
+        x = layers[t]
+        param_grads += x.param_grad_bytes
+        reads = x.saved_bytes + (x.out_bytes if x.saves_output else 0)
+        reads += layers[t - 1].out_bytes if t > 0 and x.saves_input else 0
+        grads = x.input_grad_bytes + (layers[t + 1].input_grad_bytes if t + 1 < n else 0)
+        backward_fixed.append((reads + grads + param_grads + x.bwd_work_bytes) / m_unit)
+    backward_fixed.reverse()
     forward_total = math.fsum(f)
     f_end = [math.fsum(f[: i + 1]) for i in range(n)]
     b_upto = [math.fsum(b[: i + 1]) for i in range(n)]
@@ -128,21 +152,30 @@ def relaxation_bound(
     out_rate = dev.d2h_bandwidth * t_unit / m_unit
     in_rate = dev.h2d_bandwidth * t_unit / m_unit
     for i, layer in enumerate(layers):
+        # Inside F_i: its input x_i (any action frees it no earlier than F_i's end),
+        # its internals and output, its scratch, the kept products below i-1 and
+        # the internals of i-1 when kept.
+        fixed = internals[i] + out[i] + layer.fwd_work_bytes / m_unit
         if layer.fwd > 0 and i == 0:
             # F_0's check has no decision in it: a constant, which PuLP refuses
             # as a constraint (and compares without tolerance).
-            if s[0] + layer.fwd_work_bytes / m_unit > cap * (1 + 1e-12) + 1e-12:
+            if fixed > cap * (1 + 1e-12) + 1e-12:
                 return None
         elif layer.fwd > 0:
             held = _still_held(
                 prob, f"R{i}", swapped_below, i - 1, out_rate, _fwd_gap(f_end, stall, i)
             )
-            prob += (
-                kept_below[i - 1] + held + s[i - 1] + s[i] + layer.fwd_work_bytes / m_unit <= cap
-            )
+            below = kept_below[i - 1] + internals[i - 1] * keep[i - 1]
+            prob += below + held + out[i - 1] + fixed <= cap
+        # Inside B_i: the kept products below i (the output of i-1 once, when B_i
+        # reads it), and `backward_fixed`.
         if layer.bwd > 0:
             held = _still_held(prob, f"Q{i}", swapped_below, i, in_rate, _bwd_gap(b_upto, extra, i))
-            prob += kept_below[i] + held + s[i] + layer.bwd_work_bytes / m_unit <= cap
+            below = kept_below[i]
+            if i > 0 and layer.saves_input and read[i - 1]:
+                # x_i is counted once, in what B_i reads, whether kept or copied back
+                below = below - out[i - 1] * (keep[i - 1] + swap[i - 1])
+            prob += below + held + backward_fixed[i] <= cap
 
     solve_with_highs(prob, timeLimit=time_limit, threads=threads)
     status = pulp.LpStatus[prob.status]

@@ -16,12 +16,7 @@ from planopt.testing import check_method, load_bank
 from planopt.testing.build import space_optima
 
 # (method, instance-name pattern) -> why the bank's rules do not apply there.
-_NO_V2_MODEL = "the exact model and the relaxation do not model cost model v2 yet (issue 13)"
-OVERRIDES: dict[tuple[str, str], str] = {
-    (method, pattern): _NO_V2_MODEL
-    for method in ("exact", "recompute-only", "swap-only", "lower-bound")
-    for pattern in ("spec-*", "*-v2-*")
-}
+OVERRIDES: dict[tuple[str, str], str] = {}
 
 
 def _override(method: str, name: str) -> str | None:

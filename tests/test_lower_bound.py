@@ -7,7 +7,7 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import profiles, random_profile
+from strategies import profiles, random_profile, v2_profiles
 
 import planopt
 from planopt import Status
@@ -53,32 +53,12 @@ def test_bound_is_below_the_exact_optimum_on_longer_chains(seed):
         pytest.fail(exact.message)
 
 
-def _v1_reading(profile: planopt.Profile) -> planopt.Profile:
-    """The same chain read as version 1: each layer's products (output + internals) as
-    its one saved size.
-
-    NOTE: transitional. The relaxation models version 1 only and refuses the
-    bundled zoo, which is version 2 (`UnsupportedProfileError`); this keeps
-    the 628-layer GPT as a long instance until the relaxation models v2.
-    """
-    if profile.is_v1:
-        return profile
-    return profile.replace_layers(
-        [
-            planopt.Layer.v1(
-                x.name, x.fwd, x.bwd, x.product_bytes, x.fwd_work_bytes, x.bwd_work_bytes
-            )
-            for x in profile.layers
-        ]
-    )
-
-
 @pytest.mark.parametrize(
     "name", ["resnet50-blocks-b128-pipedream", "gpt-48blk-b8-s1024-h100-pcie5-roofline"]
 )
 @pytest.mark.parametrize("fraction", [0.7, 0.5])
 def test_bound_sits_between_t_ideal_and_the_heuristics(name, fraction):
-    profile = _v1_reading(planopt.bundled_profile(name))
+    profile = planopt.bundled_profile(name)
     budget = planopt.budget_from_fraction(profile, fraction)
     bound = planopt.lower_bound(profile, budget, time_limit=5)
     assert bound >= profile.t_ideal
@@ -140,3 +120,17 @@ def test_a_first_layer_at_the_budget_exactly_gives_a_bound_not_a_crash(relax):
         assert planopt.solve(profile, budget, method, time_limit=30).status is Status.OPTIMAL
     # One byte less: nothing fits, and the bound says so without a crash.
     assert planopt.solve(profile, budget - 1, "exact", time_limit=30).status is Status.INFEASIBLE
+
+
+@settings(max_examples=60, deadline=None)
+@given(profile=v2_profiles(1, 4), data=st.data(), relax=st.booleans())
+def test_the_bound_never_exceeds_the_optimum_on_v2_chains(profile, data, relax):
+    """Cost model v2 (outputs shared, gradients in memory): below brute force too."""
+    flags = tuple(x.saves_input for x in profile.layers)
+    score = planopt.Scorer(profile).score
+    scored = [score(*raw) for raw in enumerate_raw(len(profile.layers), saves_input=flags)]
+    low = min(p for _, p in scored)
+    budget = data.draw(st.integers(low, max(p for _, p in scored)))
+    optimum = min(t for t, p in scored if p <= budget)
+    bound = planopt.lower_bound(profile, budget, relax=relax)
+    assert bound is not None and profile.t_ideal <= bound <= optimum * (1 + 1e-9)

@@ -23,8 +23,6 @@ def relaxation_lower_bound(
     """
     from solvers.relaxation import relaxation_bound
 
-    if not problem.profile.is_v1:  # NOTE: transitional, the relaxation models v1 only
-        return problem.profile.t_ideal
     cost = LP_UNITS_PER_LAYER * problem.n
     work = problem.work_left()
     if work is not None:

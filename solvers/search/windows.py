@@ -159,8 +159,6 @@ def window_phase(
         sizes.append(min(n, 2 * sizes[-1]))
 
     def run(inc: Incumbent) -> bool:
-        if not inc.problem.profile.is_v1:  # NOTE: transitional, the exact model is v1 only
-            return False
         for current in sizes:
             improved = False
             for window in windows(current):
