@@ -66,7 +66,7 @@ from dataclasses import dataclass
 
 from planopt.errors import InvalidProfileError, where
 from planopt.profile import Layer, Profile
-from planopt.zoo.roofline import Hardware
+from planopt.zoo.roofline import ZOO_DTYPE, Hardware
 from planopt.zoo.tensors import Op, Tensor
 
 
@@ -211,7 +211,7 @@ class _Holding:
 
 def _seconds(hw: Hardware, ops: Sequence[Op], backward: bool) -> float:
     return math.fsum(
-        hw.seconds(k.flops, k.nbytes, tensor=k.tensor)
+        hw.seconds(k.flops, k.nbytes, dtype=ZOO_DTYPE if k.tensor else None)
         for op in ops
         for k in (op.bwd if backward else op.fwd)
     )
