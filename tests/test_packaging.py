@@ -157,3 +157,11 @@ def test_readme_python_example_runs(tmp_path, monkeypatch):
     (written,) = tmp_path.glob("*.plan.json")
     plan = planopt.load_plan(written)
     assert plan.profile is not None  # the saved plan carries its profile's fingerprint
+
+
+@pytest.mark.parametrize(
+    "title", ["Work limits and determinism", "Known answers: run the bank against your own method"]
+)
+def test_readme_examples_run(title):
+    (code,) = re.findall(r"```python\n(.*?)```", _readme_section(title), re.S)
+    exec(compile(code, "README.md", "exec"), {})
