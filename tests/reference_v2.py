@@ -52,8 +52,18 @@ reading this module implements):
 - *A product with no backward reader* follows that rule whatever the action:
   a swapped layer's output without a reader is freed at the end of
   `F_{i+1}` (it is not in `c_i`, so it need not wait for the copy out).
-- *"End of the step"* (parameter gradients) is the makespan `T`, the end of
-  the last operation of any resource.
+- *"End of the step"* (parameter gradients) is after the step: they are
+  allocated at the start of `B_i` and are still held at the instant `T` (the
+  optimizer reads them after the step), so their free is recorded as `inf`.
+  Read instead as an ordinary free at the instant `T` (frees first), the
+  parameter gradients of a zero-time `B_i` starting at `T` would never count;
+  the two readings differ only there. (This module first took the second
+  reading; a black-box comparison with `planopt.simulate` on random chains
+  disagreed only on such chains, and "held to the end of the step" reads
+  better as the first.)
+- *need(i)* is the largest step among `i` (internals, or `saves_output_i`),
+  `i+1` (`saves_input_{i+1}`) and the block above; `i` when none reads
+  anything (then `c_i = 0` and any `prefetch_at` in `[i, L-1]` is valid).
 - *Instants.* A tensor is present on `[alloc, free)`: at an instant the frees
   happen first, then the allocations, then memory is measured. So a tensor
   allocated and freed at the same instant (scratch of a zero-time operation)
@@ -72,6 +82,13 @@ reading this module implements):
   layer are refused (they mean nothing there). A plan's `profile`
   fingerprint is not checked: the spec does not define how it is computed.
 - `input_grad_bytes` of layer 0 other than 0 is refused (spec: "must be 0").
+
+Tensors carry their size as `nbytes` (as in the version-1 reference), and
+each one is one row of the memory table: `internals`, `output`,
+`fwd_scratch` (forward pass); `copied_internals`, `copied_output` (a swapped
+layer's `c_i`, one tensor per part); `regen_internals`, `regen_output`,
+`regen_fwd_scratch` (a recompute block); `input_grad`, `param_grad`,
+`bwd_scratch` (backward).
 
 `random_v2_chain` and `random_valid_plan` at the end draw random `/2`
 profiles with real layers' flag mix and random valid plans for them, for
@@ -610,7 +627,7 @@ def _backward_tensors(chain: Chain, at: _Times, i: int) -> list[Tensor]:
     layer = chain.layers[i]
     b = at(BACKWARD, i)
     out = [
-        Tensor("param_grad", i, layer.param_grad_bytes, b.start, at.makespan),
+        Tensor("param_grad", i, layer.param_grad_bytes, b.start, math.inf),  # past the step
         Tensor("bwd_scratch", i, layer.bwd_work_bytes, b.start, b.end),
     ]
     if i >= 1:  # g_0 is 0 (checked when the profile is read)
