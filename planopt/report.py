@@ -1,6 +1,6 @@
 """Plain-text tables and human-readable figures for the command line.
 
-Kept apart from `cli.py` so that experiments and notebooks print the same
+Kept apart from `planopt.cli` so that experiments and notebooks print the same
 tables as `planopt show` and `planopt demo` without going through argparse.
 """
 
