@@ -14,7 +14,6 @@ import pytest
 
 import planopt
 from planopt.experiment import (
-    LOWER_BOUND,
     Cache,
     Job,
     SerialExecutor,
@@ -27,6 +26,7 @@ from planopt.experiment.sweep import ERROR
 from planopt.profile import Layer
 
 METHODS = ("keep-all", "all-swap", "sqrt-n", "greedy")
+LOWER_BOUND = "lower-bound"  # the registered bound method
 
 
 def tiny_jobs() -> list[Job]:

@@ -13,11 +13,10 @@ from planopt.experiment.cache import DEFAULT_CACHE_DIR, Cache, code_version
 from planopt.experiment.jobs import default_methods, make_jobs, parse_random, random_profiles
 from planopt.experiment.outputs import write_outputs
 from planopt.experiment.robustness import Noise, perturb, robustness_rows
-from planopt.experiment.sweep import LOWER_BOUND, Job, Result, SerialExecutor, execute, run_sweep
+from planopt.experiment.sweep import Job, Result, SerialExecutor, execute, run_sweep
 
 __all__ = [
     "DEFAULT_CACHE_DIR",
-    "LOWER_BOUND",
     "Cache",
     "Job",
     "Noise",
