@@ -19,6 +19,8 @@ import planopt
 from planopt import cli, registry
 from planopt.cli import demo as demo_command
 from planopt.cli import solve as solve_command
+from planopt.experiment import sweep
+from planopt.experiment.sweep import SerialExecutor
 from planopt.errors import SolverOptionError
 
 # NOTE (hand-worked figures for TINY): static 1000 B; s = 100, 200, 300 B;
@@ -375,7 +377,7 @@ def test_methods_lists_every_registered_method(capsys):
 def test_demo_compares_methods_on_every_bundled_net(capsys, monkeypatch):
     """Restricted to keep-all plus a fake exact method that refuses big nets,
     so the test is fast and independent of which methods exist yet."""
-    real_solve = demo_command.solve
+    real_solve = planopt.solve
 
     def fake_solve(profile, budget, method, **kwargs):
         if method == "fake-exact":
@@ -386,7 +388,8 @@ def test_demo_compares_methods_on_every_bundled_net(capsys, monkeypatch):
     spec = registry.MethodSpec("fake-exact", "solvers.baselines:keep_all", "test", role="exact")
     monkeypatch.setitem(registry._METHODS, "fake-exact", spec)
     monkeypatch.setattr(registry, "available", lambda: ["keep-all", "brute-force", "fake-exact"])
-    monkeypatch.setattr(demo_command, "solve", fake_solve)
+    monkeypatch.setattr(sweep, "solve", fake_solve)
+    monkeypatch.setattr(demo_command, "make_executor", lambda workers: SerialExecutor())
     code, out, err = run(capsys, "demo", "--time-limit", "2", "--json")
     assert (code, err) == (0, "")
     data = json.loads(out)
@@ -418,7 +421,8 @@ def test_demo_option_error_from_a_heuristic_is_not_swallowed(capsys, monkeypatch
         raise SolverOptionError("bad option for a non-exact method")
 
     monkeypatch.setattr(registry, "available", lambda: ["keep-all"])
-    monkeypatch.setattr(demo_command, "solve", fake_solve)
+    monkeypatch.setattr(sweep, "solve", fake_solve)
+    monkeypatch.setattr(demo_command, "make_executor", lambda workers: SerialExecutor())
     code, _, err = run(capsys, "demo")
     assert code == 2 and "non-exact" in one_error_line(err)
 

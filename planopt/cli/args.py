@@ -1,7 +1,7 @@
 """Argument types and loaders of every command, in one place.
 
-argparse types (`time_limit`, `budget_fraction`, `positive_int`, `noise`)
-raise `argparse.ArgumentTypeError`, which `main` turns into one error line;
+argparse types (`time_limit`, `work_limit`, `seed`, `budget_fraction`,
+`positive_int`, `noise`) raise `argparse.ArgumentTypeError`, which `main` turns into one error line;
 loaders (`load_profile_arg`, `budget_arg`, `check_output_path`) raise a
 `PlanoptError` naming the rule, the value and the option.
 """
@@ -9,6 +9,7 @@ loaders (`load_profile_arg`, `budget_arg`, `check_output_path`) raise a
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from pathlib import Path
 
@@ -19,6 +20,13 @@ from planopt.errors import FormatError, SolverOptionError
 from planopt.io import load_profile
 from planopt.profile import Profile
 from planopt.simulate import check_budget
+from planopt.work import check_work_limit
+
+WORK_UNIT_HELP = (
+    "work units (one is about a second of one core of the reference machine, counted "
+    "from the search's own steps, never from a clock): with a work limit and no binding "
+    "time limit, the plan is the same on any machine"
+)
 
 
 def load_profile_arg(arg: str) -> Profile:
@@ -37,9 +45,15 @@ def load_profile_arg(arg: str) -> Profile:
     )
 
 
-def budget_arg(text: str | None, profile: Profile) -> float | None:
-    """`--budget B` (bytes, a size or a percentage) for `profile`, or None."""
-    return None if text is None else check_budget(parse_budget(text, profile))
+def whole_bytes(n: float) -> int:
+    """A byte budget as whole bytes, rounded down: peaks are whole bytes, so a plan fits
+    `n` exactly when it fits `floor(n)` (a "50%" budget is rarely a whole number)."""
+    return math.floor(n)
+
+
+def budget_arg(text: str | None, profile: Profile) -> int | None:
+    """`--budget B` (bytes, a size or a percentage) for `profile` in whole bytes, or None."""
+    return None if text is None else whole_bytes(check_budget(parse_budget(text, profile)))
 
 
 def time_limit(text: str) -> float:
@@ -56,20 +70,48 @@ def time_limit(text: str) -> float:
     return limit
 
 
-def check_output_path(path: str | os.PathLike | None, what: str) -> None:
-    """Refuse an output path whose folder is missing, or that is a folder, before any work.
+def work_limit(text: str) -> float:
+    """argparse type: work units > 0 (`planopt.solve`'s rule, checked before any work)."""
+    try:
+        value: object = float(text)
+    except ValueError:
+        value = text
+    try:
+        limit = check_work_limit(value)
+    except SolverOptionError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    assert limit is not None
+    return limit
+
+
+def seed(text: str) -> int:
+    """argparse type: an integer >= 0 (`planopt.solve`'s rule)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"seed must be an integer >= 0, got {text!r}")
+    return value
+
+
+def check_output_path(path: str | os.PathLike | None, what: str, *, folder: bool = False) -> None:
+    """Refuse an output path before any work: its parent folder must exist, and it must
+    not be a folder (with `folder=True`, it must not be a file: the command fills it).
 
     NOTE: the one rule for every output (`--output`, `--plot`, a sweep's
-    folders): the parent folder must exist; nothing is created for the user,
-    so a typo in a path is an error, not a new folder somewhere.
+    `--out`): the parent folder must exist; nothing is created above the
+    path, so a typo is an error, not a new tree of folders somewhere.
     """
     if path is None:
         return
     target = Path(path)
-    folder = target.parent
-    if not folder.is_dir():
-        raise FormatError(f"{what} folder must exist, got {str(folder)!r} for {str(path)!r}")
-    if target.is_dir():
+    parent = target.parent
+    if not parent.is_dir():
+        raise FormatError(f"{what} folder must exist, got {str(parent)!r} for {str(path)!r}")
+    if folder and target.exists() and not target.is_dir():
+        raise FormatError(f"{what} must be a folder, got the file {str(path)!r}")
+    if not folder and target.is_dir():
         raise FormatError(f"{what} must be a file path, got the folder {str(path)!r}")
 
 

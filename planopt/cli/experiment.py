@@ -12,7 +12,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from planopt.cli.args import budget_fraction, load_profile_arg, noise, positive_int
+from planopt.cli.args import (
+    WORK_UNIT_HELP,
+    budget_fraction,
+    check_output_path,
+    load_profile_arg,
+    noise,
+    positive_int,
+    time_limit,
+    work_limit,
+)
 from planopt.cli.common import AddCommand
 from planopt.errors import PlanoptError
 from planopt.experiment.cache import DEFAULT_CACHE_DIR
@@ -57,6 +66,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from planopt.bundled import bundled_profile, bundled_profile_names
     from planopt.experiment.outputs import write_outputs
 
+    check_output_path(args.out, "--out", folder=True)  # before the sweep, not after it
     profiles: list = [load_profile_arg(p) for p in args.profiles]
     if args.all_bundled:
         profiles += [bundled_profile(n) for n in bundled_profile_names()]
@@ -77,6 +87,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         args.budgets,
         methods,
         time_limit=args.time_limit,
+        work_limit=args.work_limit,
         exact_max_layers=args.exact_max_layers,
         bound=not args.no_bound,
     )
@@ -117,6 +128,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 def _cmd_suite(args: argparse.Namespace) -> int:
     from planopt.experiment.suite import DEFAULT, LARGE, run_suite
 
+    check_output_path(args.out, "--out", folder=True)
     config = LARGE if args.large else DEFAULT
     command = "planopt experiment suite" + (" --large" if args.large else "")
     if args.out != "experiments":
@@ -174,7 +186,18 @@ def register(command: AddCommand) -> None:
     )
     p.add_argument("--methods", nargs="+", metavar="M", help="default: every available method")
     p.add_argument(
-        "--time-limit", type=float, default=60.0, metavar="S", help="per solve (default: 60)"
+        "--time-limit",
+        type=time_limit,
+        default=60.0,
+        metavar="S",
+        help="seconds per solve (default: 60)",
+    )
+    p.add_argument(
+        "--work-limit",
+        type=work_limit,
+        metavar="N",
+        help=f"each solve stops after N {WORK_UNIT_HELP}; part of each job's cache key "
+        "(default: no limit)",
     )
     p.add_argument(
         "--exact-max-layers",
@@ -183,7 +206,9 @@ def register(command: AddCommand) -> None:
         metavar="N",
         help="run exact methods only on nets of at most N layers (default: 32)",
     )
-    p.add_argument("--no-bound", action="store_true", help="skip planopt.lower_bound jobs")
+    p.add_argument(
+        "--no-bound", action="store_true", help="skip the bound methods' jobs (lower-bound)"
+    )
     p.add_argument(
         "--draws",
         type=int,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from planopt.budget import keep_all_peak, min_budget
-from planopt.cli.args import budget_arg, load_profile_arg
+from planopt.cli.args import budget_arg, check_output_path, load_profile_arg
 from planopt.cli.common import EXIT_OK, AddCommand, profile_line
 from planopt.errors import FormatError
 from planopt.io import load_plan
@@ -42,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
     profile = load_profile_arg(args.profile)
     plan = load_plan(args.plan) if args.plan is not None else Plan.keep_all(profile)
     budget = budget_arg(args.budget, profile)
+    check_output_path(args.plot, "--plot")
     schedule = simulate(profile, plan, budget)
     dev = profile.device
     print(

@@ -25,7 +25,10 @@ def run(args: argparse.Namespace) -> int:
     budget = budget_arg(args.budget, profile)
     schedule = simulate(profile, plan, budget)
     if args.json:
-        dump({"profile": profile.name, **schedule.to_dict()})
+        data = schedule.to_dict()
+        if budget is not None:
+            data["budget"] = budget  # whole bytes (see `args.budget_arg`)
+        dump({"profile": profile.name, **data})
     else:
         head = [("profile", profile_line(profile)), ("plan", args.plan)]
         print(key_values([*head, *schedule_summary(schedule, plan)]))

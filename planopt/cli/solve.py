@@ -6,7 +6,16 @@ import argparse
 
 from planopt import registry
 from planopt.api import solve
-from planopt.cli.args import budget_arg, check_output_path, load_profile_arg, time_limit
+from planopt.cli.args import (
+    WORK_UNIT_HELP,
+    budget_arg,
+    check_output_path,
+    load_profile_arg,
+    seed,
+    time_limit,
+    whole_bytes,
+    work_limit,
+)
 from planopt.cli.common import (
     EXIT_NO_FIT,
     EXIT_OK,
@@ -30,7 +39,13 @@ def register(command: AddCommand) -> None:
     p.add_argument("--method", default="greedy", help="see `planopt methods` (default: greedy)")
     p.add_argument("--backend", metavar="NAME", help="back-end for methods with that option")
     p.add_argument("--time-limit", metavar="S", type=time_limit, help="seconds (default: no limit)")
-    p.add_argument("--seed", metavar="N", type=int, default=0, help="random seed (default: 0)")
+    p.add_argument(
+        "--work-limit",
+        metavar="N",
+        type=work_limit,
+        help=f"stop the search after N {WORK_UNIT_HELP} (default: no limit)",
+    )
+    p.add_argument("--seed", metavar="N", type=seed, default=0, help="random seed (default: 0)")
     p.add_argument("--output", metavar="PLAN", help="write the plan here when it fits")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -62,7 +77,13 @@ def run(args: argparse.Namespace) -> int:
     options = solve_options(args.method, args.backend)
     check_output_path(args.output, "--output")  # before a long solve, not after it
     solution = solve(
-        profile, budget, args.method, time_limit=args.time_limit, seed=args.seed, **options
+        profile,
+        budget,
+        args.method,
+        time_limit=args.time_limit,
+        work_limit=args.work_limit,
+        seed=args.seed,
+        **options,
     )
     fit = fits(solution)
     bound_only = solution.status is Status.BOUND
@@ -77,13 +98,22 @@ def run(args: argparse.Namespace) -> int:
         written = args.output
     if args.json:
         plan = None if solution.plan is None else plan_to_dict(solution.plan)
-        dump({"profile": profile.name, **solution.to_dict(), "plan": plan, "output": written})
+        data = solution.to_dict()
+        data["budget"] = whole_bytes(solution.budget)
+        dump({"profile": profile.name, **data, "plan": plan, "output": written})
     else:
         print_solution(profile, solution, written)
     if not fit and not bound_only:
         note(solution.status.value, solution.message or "no plan fits the budget")
         return EXIT_NO_FIT
     return EXIT_OK
+
+
+def work_line(used: float | None, limit: float | None) -> str:
+    """`0.123 work units (limit 1)`: what the solve spent, against its limit."""
+    if used is None:
+        return "-"
+    return f"{used:.3f} work units" + ("" if limit is None else f" (limit {limit:g})")
 
 
 def print_solution(profile: Profile, solution: Solution, written: str | None) -> None:
@@ -95,6 +125,7 @@ def print_solution(profile: Profile, solution: Solution, written: str | None) ->
         ("lower bound", human_seconds(solution.lower_bound)),
         ("gap", percent(solution.gap)),
         ("solve time", f"{solution.solve_seconds:.3f} s"),
+        ("work", work_line(solution.work_used, solution.work_limit)),
     ]
     if solution.schedule is not None and solution.plan is not None:
         pairs += schedule_summary(solution.schedule, solution.plan)
