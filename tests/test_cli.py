@@ -19,9 +19,9 @@ import planopt
 from planopt import cli, registry
 from planopt.cli import demo as demo_command
 from planopt.cli import solve as solve_command
+from planopt.errors import SolverOptionError
 from planopt.experiment import sweep
 from planopt.experiment.sweep import SerialExecutor
-from planopt.errors import SolverOptionError
 
 # NOTE (hand-worked figures for TINY): static 1000 B; s = 100, 200, 300 B;
 # fwd 1, 2, 3 s; bwd 2, 4, 6 s; 100 B/s links, no latency.

@@ -74,7 +74,7 @@ def blocks(rows: list[list[str]], width: int) -> str:
     """One block per method: its name and role, then its summary and options, wrapped."""
     out = []
     for name, available, role, space, options, summary in rows:
-        head = f"{name}: {role}, {space} space" + ("" if available == "yes" else f", {available}")
+        head = f"{name} - {role}, {space} space" + ("" if available == "yes" else f", {available}")
         out += [
             _fill(head, width),
             _fill(summary, width, INDENT),
