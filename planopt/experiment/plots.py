@@ -3,6 +3,13 @@
 matplotlib (the `plots` extra) is imported inside each function, never at
 module import. Every figure is written as PNG and SVG by `save_both`; every
 method keeps one colour and marker across figures (`method_style`).
+Which method is the greedy, an optimum or a bound is read from the registry
+(`planopt.experiment.roles`).
+
+NOTE (size): four figures sharing one style table and one percentage axis
+(`method_style`, `_pct_axis`); each figure is one function, and splitting
+them would scatter the shared styling that keeps a method's colour the same
+in every figure.
 """
 
 from __future__ import annotations

@@ -376,7 +376,7 @@ def run_sweep(
     window = max_pending or max(1, 2 * workers)
     bar = tqdm(
         total=len(order),
-        desc=f"{desc} ({len(hits)} cached)",
+        desc=desc if store is None else f"{desc} ({len(hits)} cached)",
         unit="job",
         disable=None if progress else True,
         dynamic_ncols=True,
