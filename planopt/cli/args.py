@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from planopt.api import check_time_limit
@@ -56,32 +57,28 @@ def budget_arg(text: str | None, profile: Profile) -> int | None:
     return None if text is None else whole_bytes(check_budget(parse_budget(text, profile)))
 
 
-def time_limit(text: str) -> float:
-    """argparse type: the rule is `planopt.solve`'s, checked before any work starts."""
+def _checked_number(text: str, check: Callable[[object], float | None]) -> float:
+    """A number checked by `planopt.solve`'s own rule (`check`), as an argparse type."""
     try:
         value: object = float(text)
     except ValueError:
         value = text
     try:
-        limit = check_time_limit(value)
+        checked = check(value)
     except SolverOptionError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-    assert limit is not None
-    return limit
+    assert checked is not None
+    return checked
+
+
+def time_limit(text: str) -> float:
+    """argparse type: seconds > 0, checked before any work starts."""
+    return _checked_number(text, check_time_limit)
 
 
 def work_limit(text: str) -> float:
-    """argparse type: work units > 0 (`planopt.solve`'s rule, checked before any work)."""
-    try:
-        value: object = float(text)
-    except ValueError:
-        value = text
-    try:
-        limit = check_work_limit(value)
-    except SolverOptionError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    assert limit is not None
-    return limit
+    """argparse type: work units > 0, checked before any work starts."""
+    return _checked_number(text, check_work_limit)
 
 
 def seed(text: str) -> int:

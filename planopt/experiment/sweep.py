@@ -21,7 +21,6 @@ others.
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -32,7 +31,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from planopt import registry
-from planopt.api import solve
+from planopt.api import check_time_limit, solve
 from planopt.budget import budget_from_fraction, min_budget
 from planopt.errors import PlanoptError
 from planopt.experiment.cache import DEFAULT_CACHE_DIR, Cache, make_key, profile_digest
@@ -73,13 +72,9 @@ class Job:
     def __post_init__(self) -> None:
         if not isinstance(self.profile, Profile):
             raise TypeError(f"job: profile must be a planopt.Profile, got {self.profile!r}")
-        r = self.budget_fraction
-        if (
-            isinstance(r, bool)
-            or not isinstance(r, int | float)
-            or not (math.isfinite(r) and r >= 0)
-        ):
-            raise PlanoptError(f"job: budget_fraction must be finite and >= 0, got {r!r}")
+        # The rules are planopt's own, checked when the job is made, not on a worker.
+        budget_from_fraction(self.profile, self.budget_fraction)
+        check_time_limit(self.time_limit)  # validated, not converted: it is in the key
         object.__setattr__(self, "method", registry.get(self.method).name)
         object.__setattr__(self, "work_limit", check_work_limit(self.work_limit))
         object.__setattr__(self, "options", tuple(sorted(dict(self.options).items())))
