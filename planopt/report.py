@@ -1,17 +1,27 @@
-"""Plain-text tables and human-readable figures for the command line.
+"""Plain-text tables and the one place numbers are formatted for reading.
 
-Kept apart from `cli.py` so that experiments and notebooks print the same
-tables as `planopt show` and `planopt demo` without going through argparse.
+Kept apart from `planopt.cli` so that experiments and notebooks print the
+same figures as `planopt show` and `planopt demo` without going through
+argparse: the experiment's Markdown tables format their columns with the
+functions here too. Every formatter shows a missing value (None or NaN) as
+`-`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from typing import Any
 
 from planopt.plan import Plan
 from planopt.schedule import Schedule
 
 _BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def missing(value: Any) -> bool:
+    """None or NaN: a figure that does not exist (no plan, no bound)."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def human_bytes(n: float | None) -> str:
@@ -38,17 +48,49 @@ def human_seconds(s: float | None) -> str:
     return f"{s:.3f} s"
 
 
-def percent(x: float | None) -> str:
-    """`12.3%` from a ratio (`0.123`); rounding noise never shows as `-0.0%`."""
-    if x is None:
+def percent(x: Any) -> str:
+    """`12.3%` from a ratio (`0.123`); rounding noise never shows as `-0.0%`; a text
+    cell (an already formatted median) passes through."""
+    if missing(x):
         return "-"
+    if isinstance(x, str):
+        return x
     text = f"{x * 100:.1f}%"
     return "0.0%" if text == "-0.0%" else text
 
 
-def gib(n: float | None) -> str:
+def gib(n: Any) -> str:
     """Bytes as a bare GiB figure (`7.50`), for columns headed `(GiB)`."""
-    return "-" if n is None else f"{n / 2**30:.2f}"
+    return "-" if missing(n) else f"{n / 2**30:.2f}"
+
+
+def fmt_text(value: Any) -> str:
+    return "-" if missing(value) else str(value)
+
+
+def fmt_budget(value: Any) -> str:
+    """A budget fraction: `0.5` -> `50%`."""
+    return "-" if missing(value) else f"{100 * value:.0f}%"
+
+
+def fmt_seconds(value: Any) -> str:
+    """Three significant figures in s, ms or us (table cells; `human_seconds` keeps a
+    profile's milliseconds exact)."""
+    if missing(value):
+        return "-"
+    if value >= 1:
+        return f"{value:.3g} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:.3g} ms"
+    return f"{value * 1e6:.3g} us"
+
+
+def fmt_ratio(value: Any) -> str:
+    return "-" if missing(value) else f"{value:.3f}"
+
+
+def fmt_int(value: Any) -> str:
+    return "-" if missing(value) else f"{int(value)}"
 
 
 def table(

@@ -17,7 +17,11 @@ import pytest
 
 import planopt
 from planopt import cli, registry
+from planopt.cli import demo as demo_command
+from planopt.cli import solve as solve_command
 from planopt.errors import SolverOptionError
+from planopt.experiment import sweep
+from planopt.experiment.sweep import SerialExecutor
 
 # NOTE (hand-worked figures for TINY): static 1000 B; s = 100, 200, 300 B;
 # fwd 1, 2, 3 s; bwd 2, 4, 6 s; 100 B/s links, no latency.
@@ -268,7 +272,7 @@ def test_solve_backend_reaches_a_method_that_takes_it(capsys, tiny, monkeypatch)
 
     spec = BackendSpec("with-backend", "solvers.baselines:keep_all", "test only")
     monkeypatch.setitem(registry._METHODS, "with-backend", spec)
-    monkeypatch.setattr(cli, "solve", fake_solve)
+    monkeypatch.setattr(solve_command, "solve", fake_solve)
     code, _, err = run(
         capsys, "solve", tiny, "--budget", "1600", "--method", "with-backend", "--backend", "y"
     )
@@ -312,7 +316,7 @@ def test_solve_output_write_error_is_one_line(capsys, tiny, tmp_path, monkeypatc
     def refuse(plan, path):
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr(cli, "save_plan", refuse)
+    monkeypatch.setattr(solve_command, "save_plan", refuse)
     out_path = tmp_path / "plan.json"
     code, _, err = run(
         capsys, "solve", tiny, "--budget", "1600", "--method", "keep-all", "--output", str(out_path)
@@ -373,7 +377,7 @@ def test_methods_lists_every_registered_method(capsys):
 def test_demo_compares_methods_on_every_bundled_net(capsys, monkeypatch):
     """Restricted to keep-all plus a fake exact method that refuses big nets,
     so the test is fast and independent of which methods exist yet."""
-    real_solve = cli.solve
+    real_solve = planopt.solve
 
     def fake_solve(profile, budget, method, **kwargs):
         if method == "fake-exact":
@@ -384,7 +388,8 @@ def test_demo_compares_methods_on_every_bundled_net(capsys, monkeypatch):
     spec = registry.MethodSpec("fake-exact", "solvers.baselines:keep_all", "test", role="exact")
     monkeypatch.setitem(registry._METHODS, "fake-exact", spec)
     monkeypatch.setattr(registry, "available", lambda: ["keep-all", "brute-force", "fake-exact"])
-    monkeypatch.setattr(cli, "solve", fake_solve)
+    monkeypatch.setattr(sweep, "solve", fake_solve)
+    monkeypatch.setattr(demo_command, "make_executor", lambda workers: SerialExecutor())
     code, out, err = run(capsys, "demo", "--time-limit", "2", "--json")
     assert (code, err) == (0, "")
     data = json.loads(out)
@@ -416,7 +421,8 @@ def test_demo_option_error_from_a_heuristic_is_not_swallowed(capsys, monkeypatch
         raise SolverOptionError("bad option for a non-exact method")
 
     monkeypatch.setattr(registry, "available", lambda: ["keep-all"])
-    monkeypatch.setattr(cli, "solve", fake_solve)
+    monkeypatch.setattr(sweep, "solve", fake_solve)
+    monkeypatch.setattr(demo_command, "make_executor", lambda workers: SerialExecutor())
     code, _, err = run(capsys, "demo")
     assert code == 2 and "non-exact" in one_error_line(err)
 

@@ -14,7 +14,6 @@ import pytest
 
 import planopt
 from planopt.experiment import (
-    LOWER_BOUND,
     Cache,
     Job,
     SerialExecutor,
@@ -22,11 +21,13 @@ from planopt.experiment import (
     make_jobs,
     run_sweep,
 )
+from planopt.experiment.cache import make_key, profile_digest
 from planopt.experiment.jobs import parse_random
 from planopt.experiment.sweep import ERROR
 from planopt.profile import Layer
 
 METHODS = ("keep-all", "all-swap", "sqrt-n", "greedy")
+LOWER_BOUND = "lower-bound"  # the registered bound method
 
 
 def tiny_jobs() -> list[Job]:
@@ -81,6 +82,40 @@ def test_key_includes_the_code_version(monkeypatch):
     assert code_version().startswith(planopt.__version__ + "+")
     monkeypatch.setattr("planopt.experiment.cache.code_version", lambda: "0.0.0+other")
     assert job.key() != before
+
+
+def test_work_limit_is_part_of_the_key_only_when_set():
+    """Keys of jobs without a work limit keep the recipe they had before work limits,
+    so every outcome cached then is still found."""
+    profile = planopt.random_chain(6, seed=1, family="uniform")
+    [plain] = make_jobs([profile], (0.8,), ["greedy"], bound=False, time_limit=10)
+    [limited] = make_jobs([profile], (0.8,), ["greedy"], bound=False, work_limit=0.5)
+    [other] = make_jobs([profile], (0.8,), ["greedy"], bound=False, work_limit=0.25)
+    assert len({plain.key(), limited.key(), other.key()}) == 3
+    before = make_key(
+        {
+            "profile": profile_digest(profile),
+            "budget": planopt.budget_from_fraction(profile, 0.8),
+            "method": "pooch",
+            "options": {},
+            "time_limit": 10,
+            "seed": 0,
+        }
+    )
+    assert plain.key() == before
+    with pytest.raises(planopt.PlanoptError, match="work_limit"):
+        make_jobs([profile], (0.8,), ["greedy"], work_limit=-1.0)
+
+
+def test_bound_jobs_run_the_registered_bound_method():
+    profile = planopt.random_chain(6, seed=1, family="uniform")
+    jobs = make_jobs([profile], (0.8,), ["greedy"], time_limit=10, bound_time_limit=5)
+    [bound] = [j for j in jobs if j.method == LOWER_BOUND]
+    assert planopt.registry.get(bound.method).role == "bound"
+    [result] = run_sweep([bound], executor=SerialExecutor(), cache=None, progress=False)
+    direct = planopt.solve(profile, bound.budget, "lower-bound", time_limit=5)
+    assert result.status == direct.status.value == "bound"
+    assert result.lower_bound == direct.lower_bound and result.plan is None
 
 
 def test_unknown_method_is_refused_when_the_job_is_made():

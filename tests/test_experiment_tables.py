@@ -15,9 +15,11 @@ import pytest
 import planopt
 from planopt.experiment import analysis, robustness
 from planopt.experiment.jobs import make_jobs
-from planopt.experiment.sweep import LOWER_BOUND, Result, SerialExecutor, run_sweep
-from planopt.experiment.tables import Column, Table, fmt_pct, write_tables
+from planopt.experiment.sweep import Result, SerialExecutor, run_sweep
+from planopt.experiment.tables import Column, Table, write_tables
+from planopt.report import percent as fmt_pct
 
+LOWER_BOUND = "lower-bound"  # the registered bound method
 T_IDEAL = 10.0
 
 

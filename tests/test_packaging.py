@@ -109,7 +109,7 @@ def test_wheel_ships_everything_and_runs_outside_the_repo(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     for name in planopt.bundled_profile_names():
         assert f"planopt/data/profiles/{name}.json" in names
-    for module in ("planopt/__main__.py", "planopt/cli.py", "solvers/__init__.py"):
+    for module in ("planopt/__main__.py", "planopt/cli/main.py", "solvers/__init__.py"):
         assert module in names
 
     target = tmp_path / "site"

@@ -6,6 +6,14 @@ reached `T_ideal`, which nothing beats), else the best proven lower bound
 (from `planopt.lower_bound` or a time-limited exact solve). A gap to a lower
 bound is an upper bound on the true gap; tables say which reference a row
 uses.
+
+Which method plays which part (full-space optimum, restricted optimum,
+bound, the greedy) is read from the registry (`planopt.experiment.roles`).
+
+NOTE (size): the four questions' tables (overhead, gap, solve time, joint)
+share the instance and reference machinery above them; each is a short
+section, and splitting them would spread one reading of the results over
+four files.
 """
 
 from __future__ import annotations
@@ -15,25 +23,24 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from planopt.experiment.sweep import LOWER_BOUND, Result
-from planopt.experiment.tables import (
-    Column,
-    Table,
+from planopt.experiment.roles import full_space, greedy, is_bound, is_exact, joint_exact, restricted
+from planopt.experiment.sweep import Result
+from planopt.experiment.tables import Column, Table
+from planopt.report import (
     fmt_budget,
-    fmt_gib,
     fmt_int,
-    fmt_pct,
     fmt_ratio,
     fmt_seconds,
     fmt_text,
+    gib,
+    percent,
 )
 from planopt.result import Status
 
-FULL_SPACE = ("exact", "brute-force")  # methods whose optimum is the global one
-RESTRICTED = {"recompute-only": "keep/recompute", "swap-only": "keep/swap"}
-NOT_PLANNERS = ("keep-all",)  # fits only when nothing needs planning
+# NOTE: keep-all ignores the budget and fits only when nothing needs planning,
+# so its "gap" says nothing; no registry field marks that, hence its name here.
+NOT_PLANNERS = ("keep-all",)
 OPTIMAL_TOLERANCE = 1e-9  # relative: makespans this close are equal
-GREEDY = "pooch"  # the published greedy (registered alias: greedy)
 
 InstanceKey = tuple[str, float]
 
@@ -50,9 +57,9 @@ def by_instance(results: Iterable[Result]) -> dict[InstanceKey, list[Result]]:
 
 
 def is_heuristic(method: str) -> bool:
-    """Methods whose gap the tables report: every planner that is not a full-space or
-    restricted exact method, the lower bound, or keep-all."""
-    return method not in (*FULL_SPACE, *RESTRICTED, *NOT_PLANNERS, LOWER_BOUND)
+    """Methods whose gap the tables report: every planner that is not exact (the exact
+    methods are references), not a bound, and not keep-all."""
+    return not (is_exact(method) or is_bound(method) or method in NOT_PLANNERS)
 
 
 @dataclass(frozen=True)
@@ -75,6 +82,7 @@ class Reference:
 def reference(results: Sequence[Result]) -> Reference:
     """Optimum, bound and best plan of one instance's results (see the module doc)."""
     t_ideal = results[0].t_ideal
+    full = full_space()
     optima = []
     bounds = [t_ideal]
     plans = [r.makespan for r in results if r.fits and r.makespan is not None]
@@ -82,10 +90,10 @@ def reference(results: Sequence[Result]) -> Reference:
         if not r.fits or r.makespan is None:
             continue
         at_ideal = r.makespan <= t_ideal * (1 + OPTIMAL_TOLERANCE)
-        if at_ideal or (r.method in FULL_SPACE and r.status == Status.OPTIMAL.value):
+        if at_ideal or (r.method in full and r.status == Status.OPTIMAL.value):
             optima.append(r.makespan)
     for r in results:
-        if r.lower_bound is not None and (r.method == LOWER_BOUND or r.method in FULL_SPACE):
+        if r.lower_bound is not None and (is_bound(r.method) or r.method in full):
             bounds.append(r.lower_bound)
     return Reference(
         optimum=min(optima) if optima else None,
@@ -101,7 +109,8 @@ def gap(result: Result, ref: Reference) -> float | None:
     return max(0.0, result.makespan / ref.value - 1.0)
 
 
-def _median(values: Sequence[float]) -> float | None:
+def median(values: Sequence[float]) -> float | None:
+    """The median, or None for no values (the one median of the experiment code)."""
     return statistics.median(values) if values else None
 
 
@@ -126,12 +135,12 @@ def _labels(results: Iterable[Result], keep) -> list[str]:
 def overhead_tables(results: Sequence[Result]) -> list[Table]:
     """Per instance group (a named net, or a random family at one L) and budget:
     each method's median overhead and peak over the group's members."""
-    labels = _labels(results, lambda r: r.method != LOWER_BOUND)
+    labels = _labels(results, lambda r: not is_bound(r.method))
     cells: dict[tuple[str, int, float], dict[str, list[Result]]] = defaultdict(
         lambda: defaultdict(list)
     )
     for r in results:
-        if r.method != LOWER_BOUND:
+        if not is_bound(r.method):
             cells[(r.group, r.n_layers, r.budget_fraction)][r.label].append(r)
     overhead_rows, peak_rows, long_rows = [], [], []
     for (group, n, fraction), per_label in sorted(
@@ -154,7 +163,7 @@ def overhead_tables(results: Sequence[Result]) -> list[Table]:
         overhead_rows.append(o_row)
         peak_rows.append(p_row)
     for r in results:
-        if r.method == LOWER_BOUND:
+        if is_bound(r.method):
             continue
         long_rows.append(
             {
@@ -203,10 +212,10 @@ def overhead_tables(results: Sequence[Result]) -> list[Table]:
             (
                 Column("profile", "profile", right=False),
                 Column("budget_fraction", "budget", fmt_budget),
-                Column("budget_gib", "budget GiB", fmt_gib),
+                Column("budget_gib", "budget GiB", gib),
                 Column("method", "method", right=False),
                 Column("status", "status", right=False),
-                Column("overhead", "overhead", fmt_pct),
+                Column("overhead", "overhead", percent),
                 Column("peak_gib", "peak GiB", fmt_ratio),
                 Column("peak_over_budget", "peak / budget", fmt_ratio),
                 Column("solve_seconds", "solve", fmt_seconds),
@@ -268,7 +277,7 @@ def _gap_summary(rows: list[dict], key_fn, key_cols: tuple[Column, ...], name: s
         row.update(
             {
                 "instances": len(members),
-                "median": _median(gaps),
+                "median": median(gaps),
                 "p90": quantile(gaps, 0.9),
                 "max": max(gaps) if gaps else None,
                 "within_1pct": sum(1 for g in gaps if g <= 0.01),
@@ -283,9 +292,9 @@ def _gap_summary(rows: list[dict], key_fn, key_cols: tuple[Column, ...], name: s
         (
             *key_cols,
             Column("instances", "instances", fmt_int),
-            Column("median", "median gap", fmt_pct),
-            Column("p90", "90th pct", fmt_pct),
-            Column("max", "max gap", fmt_pct),
+            Column("median", "median gap", percent),
+            Column("p90", "90th pct", percent),
+            Column("max", "max gap", percent),
             Column("within_1pct", "gap <= 1%", fmt_int),
             Column("at_reference", "gap = 0", fmt_int),
             Column("no_plan", "no plan", fmt_int),
@@ -294,9 +303,10 @@ def _gap_summary(rows: list[dict], key_fn, key_cols: tuple[Column, ...], name: s
     )
 
 
-def gap_tables(results: Sequence[Result], *, focus: str = GREEDY) -> list[Table]:
-    """Every heuristic's gap summarised by reference kind; the focus method by budget and
-    net size; how far the lower bound sits below proven optima."""
+def gap_tables(results: Sequence[Result], *, focus: str | None = None) -> list[Table]:
+    """Every heuristic's gap summarised by reference kind; the focus method (default: the
+    greedy) by budget and net size; how far the lower bound sits below proven optima."""
+    focus = greedy() if focus is None else focus
     rows = gap_rows(results)
     ref_col = Column("reference", "reference", right=False)
     by_method = _gap_summary(
@@ -329,7 +339,7 @@ def gap_tables(results: Sequence[Result], *, focus: str = GREEDY) -> list[Table]
             Column("budget_fraction", "budget", fmt_budget),
             Column("method", "method", right=False),
             Column("reference", "reference", right=False),
-            Column("gap", "gap", fmt_pct),
+            Column("gap", "gap", percent),
         ),
         tuple(rows),
         extra_csv_keys=(
@@ -392,7 +402,7 @@ def bound_table(results: Sequence[Result]) -> Table:
     rows = []
     for (profile, fraction), rs in sorted(by_instance(results).items()):
         ref = reference(rs)
-        lbs = [r for r in rs if r.method == LOWER_BOUND and r.lower_bound is not None]
+        lbs = [r for r in rs if is_bound(r.method) and r.lower_bound is not None]
         if ref.optimum is None or not lbs:
             continue
         lb = max(r.lower_bound for r in lbs)
@@ -417,7 +427,7 @@ def bound_table(results: Sequence[Result]) -> Table:
             {
                 "group": group,
                 "instances": len(members),
-                "median": _median(slack),
+                "median": median(slack),
                 "p90": quantile(slack, 0.9),
                 "max": max(slack),
                 "tight": sum(1 for s in slack if s <= 1e-6),
@@ -429,9 +439,9 @@ def bound_table(results: Sequence[Result]) -> Table:
         (
             Column("group", "net / family", right=False),
             Column("instances", "instances", fmt_int),
-            Column("median", "median", fmt_pct),
-            Column("p90", "90th pct", fmt_pct),
-            Column("max", "max", fmt_pct),
+            Column("median", "median", percent),
+            Column("p90", "90th pct", percent),
+            Column("max", "max", percent),
             Column("tight", "bound = optimum", fmt_int),
         ),
         tuple(summary),
@@ -456,7 +466,7 @@ def solve_time_table(results: Sequence[Result]) -> Table:
                 "method": label,
                 "n_layers": n,
                 "solves": len(rs),
-                "median_s": _median(secs),
+                "median_s": median(secs),
                 "max_s": max(secs),
                 "optimal": sum(1 for r in rs if r.status == Status.OPTIMAL.value),
                 "hit_limit": sum(
@@ -495,8 +505,9 @@ def joint_rows(results: Sequence[Result]) -> list[dict]:
     """Per instance solved by `exact` and a restricted method: the restricted optimum's
     extra time over the joint one (None when the restricted space has no plan)."""
     rows = []
+    joint_methods, restricted_methods = joint_exact(), restricted()
     for (profile, fraction), rs in sorted(by_instance(results).items()):
-        joint = [r for r in rs if r.method == "exact" and r.fits]
+        joint = [r for r in rs if r.method in joint_methods and r.fits]
         if not joint:
             continue
         best = min(joint, key=lambda r: r.makespan or float("inf"))
@@ -509,7 +520,7 @@ def joint_rows(results: Sequence[Result]) -> list[dict]:
             "joint_proven": best.status == Status.OPTIMAL.value,
         }
         present = False
-        for method in RESTRICTED:
+        for method in restricted_methods:
             mine = [r for r in rs if r.method == method and r.status != "error"]
             if not mine:
                 row[f"{method}_overhead"] = row[f"{method}_extra"] = None
@@ -532,39 +543,40 @@ def joint_rows(results: Sequence[Result]) -> list[dict]:
 
 def joint_tables(results: Sequence[Result]) -> list[Table]:
     rows = joint_rows(results)
+    spaces = restricted()
     summary = []
     by_budget: dict[float, list[dict]] = defaultdict(list)
     for row in rows:
         by_budget[row["budget_fraction"]].append(row)
     for fraction, members in sorted(by_budget.items(), reverse=True):
         out: dict = {"budget_fraction": fraction, "instances": len(members)}
-        out["joint"] = _median([m["joint_overhead"] for m in members])
-        for method in RESTRICTED:
+        out["joint"] = median([m["joint_overhead"] for m in members])
+        for method in spaces:
             extra = [m[f"{method}_extra"] for m in members if m[f"{method}_extra"] is not None]
-            out[f"{method}_median"] = _median(extra)
+            out[f"{method}_median"] = median(extra)
             out[f"{method}_max"] = max(extra) if extra else None
             out[f"{method}_none"] = sum(1 for m in members if m[f"{method}_state"] == "no plan")
         summary.append(out)
     cols: list[Column] = [
         Column("budget_fraction", "budget", fmt_budget),
         Column("instances", "instances", fmt_int),
-        Column("joint", "joint optimum: median overhead", fmt_pct),
+        Column("joint", "joint optimum: median overhead", percent),
     ]
-    for method, space in RESTRICTED.items():
+    for method, space in spaces.items():
         cols += [
-            Column(f"{method}_median", f"{space} only: median extra time", fmt_pct),
-            Column(f"{method}_max", f"{space}: max extra", fmt_pct),
+            Column(f"{method}_median", f"{space} only: median extra time", percent),
+            Column(f"{method}_max", f"{space}: max extra", percent),
             Column(f"{method}_none", f"{space}: no plan", fmt_int),
         ]
     detail_cols: list[Column] = [
         Column("profile", "profile", right=False),
         Column("budget_fraction", "budget", fmt_budget),
-        Column("joint_overhead", "joint overhead", fmt_pct),
+        Column("joint_overhead", "joint overhead", percent),
     ]
-    for method, space in RESTRICTED.items():
+    for method, space in spaces.items():
         detail_cols += [
-            Column(f"{method}_overhead", f"{space} overhead", fmt_pct),
-            Column(f"{method}_extra", f"{space} extra", fmt_pct),
+            Column(f"{method}_overhead", f"{space} overhead", percent),
+            Column(f"{method}_extra", f"{space} extra", percent),
             Column(f"{method}_state", f"{space} status", fmt_text, right=False),
         ]
     return [

@@ -5,9 +5,10 @@ profile's numbers (signatures included, name and source left out), the budget
 in bytes, the method's canonical name, its options, time limit and seed, and
 the code version. The code version is `planopt.__version__` plus a hash of
 the planner's source: every `solvers/*.py` and every top-level `planopt/*.py`
-but the few that cannot change an outcome (`NOT_IN_CODE_VERSION`: the CLI,
-text and figure output). Editing a solver therefore invalidates every cached
-outcome; editing the CLI, the runtime or this package does not.
+but the few that cannot change an outcome (`NOT_IN_CODE_VERSION`: the
+entry point, text and figure output; the CLI is a subpackage, not hashed).
+Editing a solver therefore invalidates every cached outcome; editing the
+CLI, the runtime or this package does not.
 
 One JSON file per key under `<root>/<key[:2]>/<key>.json`, written to a
 temporary name and renamed, so a killed sweep never leaves a torn entry.
@@ -30,7 +31,7 @@ DEFAULT_CACHE_DIR = ".planopt-cache"
 # Top-level `planopt` modules that cannot change a solve's outcome; every other
 # one (and every `solvers/*.py`) is part of the code version, so a new module a
 # method comes to depend on is covered without a change here.
-NOT_IN_CODE_VERSION = ("__main__.py", "cli.py", "plot.py", "report.py")
+NOT_IN_CODE_VERSION = ("__main__.py", "plot.py", "report.py")
 
 
 @cache

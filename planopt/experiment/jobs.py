@@ -1,7 +1,8 @@
 """Building sweeps: which profiles, methods and budgets make up the jobs.
 
-Methods are read from the registry at run time (`default_methods`), so a
-newly registered method joins every sweep without a code change here.
+Methods are read from the registry at run time (`default_methods`: the
+planners, never an oracle; `bound_methods`: role `bound`), so a newly
+registered method joins every sweep without a code change here.
 """
 
 from __future__ import annotations
@@ -12,28 +13,31 @@ from typing import Any
 from planopt import registry
 from planopt.budget import budget_from_fraction, min_budget
 from planopt.errors import PlanoptError
-from planopt.experiment.sweep import LOWER_BOUND, Job
+from planopt.experiment.roles import is_exact
+from planopt.experiment.sweep import Job
 from planopt.profile import Profile
 from planopt.random_chain import FAMILIES, random_chain
+from planopt.registry import Role
 
-ORACLES = ("brute-force",)  # exponential test oracles: never part of a sweep by default
 # Given to every method that declares the option: a sweep already runs one job per
 # core, so a method's own threads would only compete with the other workers.
 DEFAULT_WORKER_OPTIONS: dict[str, Any] = {"threads": 1}
 
 
 def default_methods() -> list[str]:
-    """Every available registered method except the test oracles."""
-    return [m for m in registry.available() if m not in ORACLES]
+    """Every available planner: baselines, heuristics and exact methods (an oracle is
+    exponential, a bound is added per instance by `make_jobs`)."""
+    return registry.planners()
 
 
-def is_exact(method: str) -> bool:
-    return method != LOWER_BOUND and registry.get(method).exact
+def bound_methods() -> list[str]:
+    """Every available method of role `bound` (a proven lower bound, no plan)."""
+    return registry.by_role(Role.BOUND)
 
 
 def _accepted(method: str, options: dict[str, Any]) -> dict[str, Any]:
     """The subset of `options` that `method` declares (a default is not an order)."""
-    if not options or method == LOWER_BOUND:
+    if not options:
         return {}
     allowed = registry.get(method).options()
     return {k: v for k, v in options.items() if k in allowed}
@@ -83,6 +87,7 @@ def make_jobs(
     methods: Sequence[str] | None = None,
     *,
     time_limit: float | None = 60.0,
+    work_limit: float | None = None,
     exact_time_limit: float | None = None,
     exact_max_layers: int = 32,
     worker_options: dict[str, Any] | None = None,
@@ -94,17 +99,18 @@ def make_jobs(
 ) -> list[Job]:
     """Every (profile, budget fraction, method) job, plus a lower bound per instance.
 
-    Exact methods run only on nets of at most `exact_max_layers` layers, with
+    With `bound`, every bound method (`bound_methods`) not already among
+    `methods` runs on each instance with `bound_time_limit`. Every job gets
+    `work_limit` (work units; see `planopt.work`). Exact methods run only on
+    nets of at most `exact_max_layers` layers, with
     `exact_time_limit` (default `time_limit`). Every method that declares an
     option in `worker_options` (default `threads=1`: the sweep already runs
     jobs in parallel) gets it.
     `method_options` adds options per method name. Budgets below the
     minimum any plan needs are skipped unless `skip_below_min` is False.
     """
-    methods = list(default_methods() if methods is None else methods)
-    for method in methods:
-        if method != LOWER_BOUND:
-            registry.get(method)  # an unknown name fails here, listing the valid ones
+    methods = [registry.get(m).name for m in (default_methods() if methods is None else methods)]
+    bounds = [m for m in bound_methods() if m not in methods] if bound else []
     extra = worker_options if worker_options is not None else DEFAULT_WORKER_OPTIONS
     per_method = method_options or {}
     jobs = []
@@ -132,12 +138,18 @@ def make_jobs(
                         time_limit=limit,
                         seed=seed,
                         group=group,
+                        work_limit=work_limit,
                     )
                 )
-            if bound:
+            for method in bounds:
                 jobs.append(
                     Job.make(
-                        profile, fraction, LOWER_BOUND, time_limit=bound_time_limit, group=group
+                        profile,
+                        fraction,
+                        method,
+                        time_limit=bound_time_limit,
+                        group=group,
+                        work_limit=work_limit,
                     )
                 )
     return jobs

@@ -17,12 +17,12 @@ produce the same files:
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from planopt.budget import keep_all_peak
 from planopt.experiment import analysis, robustness
+from planopt.experiment.roles import greedy, restricted
 from planopt.experiment.sweep import Result
 from planopt.experiment.tables import write_rows_csv, write_tables
 from planopt.profile import Profile
@@ -187,10 +187,6 @@ def _min_fractions(results: Sequence[Result], profiles: Mapping[str, Profile]) -
     return out
 
 
-def _med(values: Sequence[float]) -> float | None:
-    return statistics.median(values) if values else None
-
-
 def headline_figures(
     results: Sequence[Result],
     timed: Sequence[Result],
@@ -199,13 +195,13 @@ def headline_figures(
 ) -> dict:
     """The numbers the report quotes, computed from the same results as the tables."""
     out: dict = {}
-    gaps = [r for r in analysis.gap_rows(results) if r["method"] == analysis.GREEDY]
+    gaps = [r for r in analysis.gap_rows(results) if r["method"] == greedy()]
     for kind in ("optimum", "lower bound"):
         mine = [r for r in gaps if r["reference"] == kind]
         found = [r["gap"] for r in mine if r["gap"] is not None]
         out[f"greedy_vs_{kind.replace(' ', '_')}"] = {
             "instances": len(mine),
-            "median": _med(found),
+            "median": analysis.median(found),
             "p90": analysis.quantile(found, 0.9),
             "max": max(found) if found else None,
             "within_1pct": sum(1 for g in found if g <= 0.01),
@@ -221,7 +217,7 @@ def headline_figures(
     out["solve_time"] = {
         label: {
             n: {
-                "median_s": _med([r.solve_seconds for r in rs]),
+                "median_s": analysis.median([r.solve_seconds for r in rs]),
                 "optimal": sum(1 for r in rs if r.status == "optimal"),
                 "solves": len(rs),
             }
@@ -230,11 +226,11 @@ def headline_figures(
         for label, by_n in per_method.items()
     }
     joint = analysis.joint_rows(results)
-    for method in analysis.RESTRICTED:
+    for method in restricted():
         extra = [j[f"{method}_extra"] for j in joint if j[f"{method}_extra"] is not None]
         out[f"joint_over_{method}"] = {
             "instances": len(joint),
-            "median_extra": _med(extra),
+            "median_extra": analysis.median(extra),
             "max_extra": max(extra) if extra else None,
             "share_over_1pct": (sum(1 for e in extra if e > 0.01) / len(extra)) if extra else None,
             "no_plan": sum(1 for j in joint if j[f"{method}_state"] == "no plan"),
@@ -253,6 +249,6 @@ def headline_figures(
             f"{a['leader']} over {a['method']}", []
         ).append(a["kept"])
     out["advantage_kept_median"] = {
-        s: {pair: _med(v) for pair, v in per.items()} for s, per in kept.items()
+        s: {pair: analysis.median(v) for pair, v in per.items()} for s, per in kept.items()
     }
     return out

@@ -3,25 +3,34 @@
 matplotlib (the `plots` extra) is imported inside each function, never at
 module import. Every figure is written as PNG and SVG by `save_both`; every
 method keeps one colour and marker across figures (`method_style`).
+Which method is the greedy, an optimum or a bound is read from the registry
+(`planopt.experiment.roles`).
+
+NOTE (size): four figures sharing one style table and one percentage axis
+(`method_style`, `_pct_axis`); each figure is one function, and splitting
+them would scatter the shared styling that keeps a method's colour the same
+in every figure.
 """
 
 from __future__ import annotations
 
-import statistics
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from planopt.experiment.analysis import FULL_SPACE, GREEDY
-from planopt.experiment.sweep import LOWER_BOUND, Result
+from planopt.experiment.analysis import median
+from planopt.experiment.roles import full_space, greedy, is_bound, joint_exact
+from planopt.experiment.sweep import Result
 from planopt.plot import require_matplotlib, save_figure
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-# Fixed styles for the methods we know; others get the remaining colours in turn.
+# Fixed colours for the methods we know, so a figure's colours never depend on which
+# methods a sweep ran (a style, not a classification: roles come from the registry);
+# others get the remaining colours in turn.
 _KNOWN = (
     "exact",
     "pooch",
@@ -74,13 +83,15 @@ def method_style(label: str) -> dict:
     }
     if backend is not None:
         style["color"] = _BACKEND_COLORS.get(backend, style["color"])
-    if method == GREEDY:
+    if method == greedy():
         style["linewidth"] = 2.2
     return style
 
 
 def display_name(label: str) -> str:
-    return "pooch (greedy)" + label[len(GREEDY) :] if label.startswith(GREEDY) else label
+    """The greedy's label says it is the greedy: `pooch (greedy)`."""
+    name = greedy()
+    return f"{name} (greedy){label[len(name) :]}" if label.startswith(name) else label
 
 
 def save_both(fig: Figure, folder: str | Path, stem: str) -> list[Path]:
@@ -216,7 +227,7 @@ def overhead_vs_budget(
                 (line,) = ax.plot(xs, ys, color="#555555", linestyle="--", linewidth=1.2, **marker)
             else:
                 style = method_style(label)
-                if label in FULL_SPACE:  # the optimum: drawn last, on top of the others
+                if label in full_space():  # the optimum: drawn last, on top of the others
                     style.update(linewidth=1.3, zorder=5)
                 # Unclipped: a marker at 0% sits on the frame, whole, not halved.
                 (line,) = ax.plot(xs, ys, markersize=4, alpha=0.9, clip_on=False, **style)
@@ -252,7 +263,7 @@ def _overhead_series(rs: Sequence[Result]) -> dict[str, list[tuple[float, float]
     exist (a plan that fits, a bound found), never below 0 (rounding)."""
     series: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for r in rs:
-        if r.method == LOWER_BOUND and r.lower_bound is not None and r.t_ideal > 0:
+        if is_bound(r.method) and r.lower_bound is not None and r.t_ideal > 0:
             overhead = r.lower_bound / r.t_ideal - 1
             series["lower bound"].append((100 * r.budget_fraction, 100 * max(0.0, overhead)))
         elif r.fits and r.overhead is not None:
@@ -325,7 +336,7 @@ def gap_distribution(gap_rows: Sequence[dict]) -> Figure:
             style.pop("marker")
             missing = len(gaps) - len(found)
             if len(found) * 2 > len(gaps):  # the median instance has a plan
-                note = f"median {statistics.median(found):.1f}%"
+                note = f"median {median(found):.1f}%"
                 if missing:
                     note += f", no plan on {missing}"
             else:
@@ -403,7 +414,7 @@ def _time_panel(ax: Axes, rs: Sequence[Result]) -> None:
         per_label[r.label].append(r)
     limits = set()
     for label, mine in sorted(per_label.items(), key=lambda kv: _order(kv[0])):
-        if label == LOWER_BOUND:
+        if is_bound(label):
             style = {"color": "#555555", "marker": "d", "linestyle": "--"}
         else:
             style = method_style(label)
@@ -433,7 +444,7 @@ def _time_panel(ax: Axes, rs: Sequence[Result]) -> None:
         )
         ax.plot(
             xs,
-            [statistics.median(by_n[n]) for n in xs],
+            [median(by_n[n]) for n in xs],
             label=display_name(label),
             markersize=5,
             **style,
@@ -533,7 +544,8 @@ def robustness_figure(rows: Sequence[dict], advantage: Sequence[dict]) -> Figure
     left.set_title("Which plans break the budget on a noisy profile", fontsize="medium")
 
     leaders = [a["leader"] for a in advantage]
-    leader = "exact" if "exact" in leaders else (leaders[0] if leaders else None)
+    preferred = [m for m in joint_exact() if m in leaders]
+    leader = preferred[0] if preferred else (leaders[0] if leaders else None)
     rivals = sorted({a["method"] for a in advantage if a["leader"] == leader}, key=_order)
     step = 0.8 / max(1, len(scenarios))
     for k, scenario in enumerate(scenarios):

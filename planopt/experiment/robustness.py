@@ -15,19 +15,20 @@ Two questions: how much of a method's nominal advantage survives
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from planopt.experiment.analysis import by_instance
+from planopt.experiment.analysis import by_instance, median
 from planopt.experiment.cache import profile_digest
-from planopt.experiment.sweep import LOWER_BOUND, Result
-from planopt.experiment.tables import Column, Table, fmt_budget, fmt_int, fmt_pct, fmt_text
+from planopt.experiment.roles import greedy, is_bound, joint_exact
+from planopt.experiment.sweep import Result
+from planopt.experiment.tables import Column, Table
 from planopt.plan import Plan
 from planopt.profile import Device, Profile
+from planopt.report import fmt_budget, fmt_int, fmt_text, percent
 from planopt.simulate import Scorer
 
 MIN_ADVANTAGE = 0.01  # advantages below 1% of T are noise, not advantages
@@ -125,7 +126,7 @@ def robustness_rows(
     rows = []
     for (name, fraction), rs in sorted(by_instance(results).items()):
         profile = profiles.get(name)
-        plans = [r for r in rs if r.fits and r.plan is not None and r.method != LOWER_BOUND]
+        plans = [r for r in rs if r.fits and r.plan is not None and not is_bound(r.method)]
         if profile is None or not plans:
             continue
         decoded = [(r, _unbound(r.plan_object())) for r in plans]
@@ -157,10 +158,6 @@ def robustness_rows(
     return rows
 
 
-def _median(values: Sequence[float]) -> float | None:
-    return statistics.median(values) if values else None
-
-
 def budget_table(rows: Sequence[dict]) -> Table:
     """Per scenario and method: overhead before and after the noise, and how often the
     plan's true peak breaks the budget (and by how much)."""
@@ -176,11 +173,11 @@ def budget_table(rows: Sequence[dict]) -> Table:
                 "method": method,
                 "plans": len({(m["profile"], m["budget_fraction"]) for m in members}),
                 "draws": len(members),
-                "nominal": _median([m["nominal_overhead"] for m in members]),
-                "perturbed": _median([m["overhead"] for m in members]),
-                "change": _median([m["overhead"] - m["nominal_overhead"] for m in members]),
+                "nominal": median([m["nominal_overhead"] for m in members]),
+                "perturbed": median([m["overhead"] for m in members]),
+                "change": median([m["overhead"] - m["nominal_overhead"] for m in members]),
                 "broken_share": len(broken) / len(members),
-                "overshoot_median": _median(broken),
+                "overshoot_median": median(broken),
                 "overshoot_max": max(broken) if broken else None,
             }
         )
@@ -192,12 +189,12 @@ def budget_table(rows: Sequence[dict]) -> Table:
             Column("method", "method", right=False),
             Column("plans", "plans", fmt_int),
             Column("draws", "re-scorings", fmt_int),
-            Column("nominal", "median overhead (nominal)", fmt_pct),
-            Column("perturbed", "median overhead (noisy)", fmt_pct),
-            Column("change", "median change", fmt_pct),
-            Column("broken_share", "budget broken", fmt_pct),
-            Column("overshoot_median", "median overshoot", fmt_pct),
-            Column("overshoot_max", "max overshoot", fmt_pct),
+            Column("nominal", "median overhead (nominal)", percent),
+            Column("perturbed", "median overhead (noisy)", percent),
+            Column("change", "median change", percent),
+            Column("broken_share", "budget broken", percent),
+            Column("overshoot_median", "median overshoot", percent),
+            Column("overshoot_max", "max overshoot", percent),
         ),
         tuple(out),
         note=(
@@ -207,11 +204,12 @@ def budget_table(rows: Sequence[dict]) -> Table:
     )
 
 
-def advantage_rows(
-    rows: Sequence[dict], *, leaders: Sequence[str] = ("exact", "pooch")
-) -> list[dict]:
+def advantage_rows(rows: Sequence[dict], *, leaders: Sequence[str] | None = None) -> list[dict]:
     """Per instance, scenario and draw: the leader's advantage over each other method,
-    nominal and perturbed. The leader is the first of `leaders` with a plan there."""
+    nominal and perturbed. The leader is the first of `leaders` with a plan there
+    (default: the joint exact methods, then the greedy)."""
+    if leaders is None:
+        leaders = (*joint_exact(), greedy())
     cells: dict[tuple, dict[str, dict]] = defaultdict(dict)
     for row in rows:
         cells[(row["profile"], row["budget_fraction"], row["scenario"], row["draw"])][
@@ -259,9 +257,9 @@ def advantage_table(rows: Sequence[dict], **kwargs) -> Table:
                 "scenario": scenario,
                 "pair": f"{leader} over {method}",
                 "instances": len({(m["profile"], m["budget_fraction"]) for m in members}),
-                "nominal": _median([m["nominal_advantage"] for m in members]),
-                "noisy": _median([m["noisy_advantage"] for m in members]),
-                "kept": _median([m["kept"] for m in members]),
+                "nominal": median([m["nominal_advantage"] for m in members]),
+                "noisy": median([m["noisy_advantage"] for m in members]),
+                "kept": median([m["kept"] for m in members]),
                 "still_faster": sum(m["still_faster"] for m in members) / len(members),
             }
         )
@@ -272,10 +270,10 @@ def advantage_table(rows: Sequence[dict], **kwargs) -> Table:
             Column("scenario", "noise", right=False),
             Column("pair", "advantage of", fmt_text, right=False),
             Column("instances", "instances", fmt_int),
-            Column("nominal", "median nominal advantage", fmt_pct),
-            Column("noisy", "median noisy advantage", fmt_pct),
-            Column("kept", "median share kept", fmt_pct),
-            Column("still_faster", "draws still faster", fmt_pct),
+            Column("nominal", "median nominal advantage", percent),
+            Column("noisy", "median noisy advantage", percent),
+            Column("kept", "median share kept", percent),
+            Column("still_faster", "draws still faster", percent),
         ),
         tuple(out),
         note=(
@@ -304,7 +302,7 @@ def plan_rows(rows: Sequence[dict]) -> list[dict]:
                 "scenario": scenario,
                 "draws": len(members),
                 "nominal_overhead": first["nominal_overhead"],
-                "median_overhead": _median([m["overhead"] for m in members]),
+                "median_overhead": median([m["overhead"] for m in members]),
                 "max_overhead": max(m["overhead"] for m in members),
                 "broken_share": sum(1 for m in members if not m["fits"]) / len(members),
                 "max_peak_over_budget": max(m["peak_over_budget"] for m in members),
@@ -322,9 +320,9 @@ def robustness_tables(rows: Sequence[dict]) -> list[Table]:
             Column("budget_fraction", "budget", fmt_budget),
             Column("method", "method", right=False),
             Column("scenario", "noise", right=False),
-            Column("nominal_overhead", "nominal overhead", fmt_pct),
-            Column("median_overhead", "median noisy overhead", fmt_pct),
-            Column("broken_share", "budget broken", fmt_pct),
+            Column("nominal_overhead", "nominal overhead", percent),
+            Column("median_overhead", "median noisy overhead", percent),
+            Column("broken_share", "budget broken", percent),
         ),
         tuple(plan_rows(rows)),
         extra_csv_keys=("group", "n_layers", "draws", "max_overhead", "max_peak_over_budget"),

@@ -1,22 +1,26 @@
 """Sweeps: run many (profile, budget, method) jobs in parallel, cached by content.
 
 `run_sweep(jobs)` runs every job whose outcome is not in the cache through a
-`concurrent.futures.Executor` (a 2-process pool unless you pass one: a
-`dask.distributed.Client(...).get_executor()` or any other Executor spreads a
-big sweep over a cluster unchanged), stores each outcome as it arrives, and
-returns one `Result` per job in job order. Killing a sweep loses only the
-jobs in flight: the next run finds the rest in the cache.
+`concurrent.futures.Executor` (a 2-process pool unless you pass one; a
+`dask.distributed.Client` spreads the sweep over a cluster unchanged, see
+`run_sweep`), stores each outcome as it arrives, and returns one `Result`
+per job in job order. Killing a sweep loses only the jobs in flight: the
+next run finds the rest in the cache.
 
 A job is executed by `execute(job)` (a plain module-level function, so it
-pickles to any worker): `planopt.solve` for a registered method, or
-`planopt.lower_bound` for the pseudo-method `LOWER_BOUND`. Figures in a
-`Result` are always the simulator's (as `solve` re-scores every plan).
+pickles to any worker): `planopt.solve` with the job's method, a bound
+method (`lower-bound`, role `bound`) included. Figures in a `Result` are
+always the simulator's (as `solve` re-scores every plan). A job with a
+`work_limit` and no binding time limit has the same outcome on any worker.
+
+NOTE (size): `Job`, `Result`, `execute` and `run_sweep` are one contract
+(what a job is, what it records, how it runs); split, each would import the
+others.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -27,19 +31,19 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from planopt import registry
-from planopt.api import lower_bound, solve
+from planopt.api import check_time_limit, solve
 from planopt.budget import budget_from_fraction, min_budget
 from planopt.errors import PlanoptError
 from planopt.experiment.cache import DEFAULT_CACHE_DIR, Cache, make_key, profile_digest
+from planopt.experiment.roles import is_bound
 from planopt.io import plan_from_dict, plan_to_dict
 from planopt.plan import Plan
 from planopt.profile import Profile
 from planopt.result import Status
+from planopt.work import check_work_limit
 
-LOWER_BOUND = "lower-bound"  # pseudo-method: planopt.lower_bound at the job's budget
 DEFAULT_WORKERS = 2
-# Statuses of a `Result` beyond `planopt.Status`: a proven bound, and a refused job.
-BOUND = "bound"
+# The status of a `Result` beyond `planopt.Status`: a refused job.
 ERROR = "error"
 
 
@@ -51,7 +55,9 @@ class Job:
     fraction of keep-all's activation memory. `options` are the method's
     keyword options as sorted `(name, value)` pairs (see `Job.make`).
     `group` is a label for tables (a family of random chains, "bundled"); it
-    is not part of the cache key.
+    is not part of the cache key. `work_limit` (work units, see
+    `planopt.work`) is `planopt.solve`'s: with it and no binding time
+    limit, the job's outcome is the same on any machine.
     """
 
     profile: Profile
@@ -61,19 +67,16 @@ class Job:
     time_limit: float | None = None
     seed: int = 0
     group: str = ""
+    work_limit: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.profile, Profile):
             raise TypeError(f"job: profile must be a planopt.Profile, got {self.profile!r}")
-        r = self.budget_fraction
-        if (
-            isinstance(r, bool)
-            or not isinstance(r, int | float)
-            or not (math.isfinite(r) and r >= 0)
-        ):
-            raise PlanoptError(f"job: budget_fraction must be finite and >= 0, got {r!r}")
-        if self.method != LOWER_BOUND:
-            object.__setattr__(self, "method", registry.get(self.method).name)
+        # The rules are planopt's own, checked when the job is made, not on a worker.
+        budget_from_fraction(self.profile, self.budget_fraction)
+        check_time_limit(self.time_limit)  # validated, not converted: it is in the key
+        object.__setattr__(self, "method", registry.get(self.method).name)
+        object.__setattr__(self, "work_limit", check_work_limit(self.work_limit))
         object.__setattr__(self, "options", tuple(sorted(dict(self.options).items())))
         if not self.group:
             object.__setattr__(self, "group", self.profile.name)
@@ -89,6 +92,7 @@ class Job:
         time_limit: float | None = None,
         seed: int = 0,
         group: str = "",
+        work_limit: float | None = None,
     ) -> Job:
         return cls(
             profile,
@@ -98,6 +102,7 @@ class Job:
             time_limit,
             seed,
             group,
+            work_limit,
         )
 
     @property
@@ -110,27 +115,34 @@ class Job:
         return budget_from_fraction(self.profile, self.budget_fraction)
 
     def key(self) -> str:
-        """The cache key: a hash of everything that can change the outcome."""
-        return make_key(
-            {
-                "profile": profile_digest(self.profile),
-                "budget": self.budget,
-                "method": self.method,
-                "options": self.options_dict,
-                "time_limit": self.time_limit,
-                "seed": self.seed,
-            }
-        )
+        """The cache key: a hash of everything that can change the outcome.
+
+        NOTE: `work_limit` enters the key only when set, so the keys of jobs
+        without one (every cached outcome from before work limits) are
+        unchanged and their outcomes stay readable.
+        """
+        payload = {
+            "profile": profile_digest(self.profile),
+            "budget": self.budget,
+            "method": self.method,
+            "options": self.options_dict,
+            "time_limit": self.time_limit,
+            "seed": self.seed,
+        }
+        if self.work_limit is not None:
+            payload["work_limit"] = self.work_limit
+        return make_key(payload)
 
 
 @dataclass(frozen=True)
 class Result:
     """A job's outcome with the labels tables need (plain data; CSV via `to_row`).
 
-    `status` is a `planopt.Status` value, `"bound"` for a lower-bound job
-    that found one, or `"error"` when the request was refused (the message
-    says why). `solve_seconds` and `cached` are left out of equality, so two
-    results are equal when their outcomes are.
+    `status` is a `planopt.Status` value (`"bound"` for a bound method that
+    found one), or `"error"` when the request was refused (the message says
+    why). `solve_seconds` and `cached` are left out of equality, so two
+    results are equal when their outcomes are; `work_used` (work units; None
+    in outcomes cached before work was counted) is part of the outcome.
     """
 
     key: str
@@ -153,6 +165,8 @@ class Result:
     plan: dict | None = field(default=None, repr=False)
     solve_seconds: float = field(default=0.0, compare=False)
     cached: bool = field(default=False, compare=False)
+    work_limit: float | None = None
+    work_used: float | None = None
 
     @property
     def overhead(self) -> float | None:
@@ -192,6 +206,7 @@ class Result:
             "label": self.label,
             "options": json.dumps(self.options, sort_keys=True, default=repr),
             "time_limit": self.time_limit,
+            "work_limit": self.work_limit,
             "seed": self.seed,
             "status": self.status,
             "t_ideal_s": self.t_ideal,
@@ -201,6 +216,7 @@ class Result:
             "fits": self.fits,
             "lower_bound_s": self.lower_bound,
             "solve_seconds": self.solve_seconds,
+            "work_used": self.work_used,
             "message": self.message,
             "key": self.key,
         }
@@ -221,30 +237,26 @@ def execute(job: Job) -> dict[str, Any]:
         "lower_bound": None,
         "message": "",
         "plan": None,
+        "work_used": None,
     }
     try:
-        if job.method == LOWER_BOUND:
-            bound = lower_bound(
-                job.profile, job.budget, time_limit=job.time_limit, **job.options_dict
-            )
-            record["status"] = Status.INFEASIBLE.value if bound is None else BOUND
-            record["lower_bound"] = bound
-        else:
-            solution = solve(
-                job.profile,
-                job.budget,
-                job.method,
-                time_limit=job.time_limit,
-                seed=job.seed,
-                **job.options_dict,
-            )
-            record["status"] = solution.status.value
-            record["lower_bound"] = solution.lower_bound
-            record["message"] = solution.message
-            if solution.schedule is not None and solution.plan is not None:
-                record["makespan"] = solution.schedule.makespan
-                record["peak_bytes"] = solution.schedule.peak_bytes
-                record["plan"] = plan_to_dict(solution.plan)
+        solution = solve(
+            job.profile,
+            job.budget,
+            job.method,
+            time_limit=job.time_limit,
+            work_limit=job.work_limit,
+            seed=job.seed,
+            **job.options_dict,
+        )
+        record["status"] = solution.status.value
+        record["lower_bound"] = solution.lower_bound
+        record["message"] = solution.message
+        record["work_used"] = solution.work_used
+        if solution.schedule is not None and solution.plan is not None:
+            record["makespan"] = solution.schedule.makespan
+            record["peak_bytes"] = solution.schedule.peak_bytes
+            record["plan"] = plan_to_dict(solution.plan)
     except PlanoptError as exc:
         record["status"] = ERROR
         record["message"] = str(exc)
@@ -275,6 +287,8 @@ def make_result(job: Job, key: str, record: dict[str, Any], *, cached: bool) -> 
         plan=record["plan"],
         solve_seconds=record["solve_seconds"],
         cached=cached,
+        work_limit=job.work_limit,
+        work_used=record.get("work_used"),
     )
 
 
@@ -299,7 +313,7 @@ class SerialExecutor(Executor):
 def _cost_rank(job: Job) -> tuple[int, int]:
     """Longest first (exact methods, then bounds, then heuristics; larger nets first),
     so the slowest jobs do not start last and leave the other workers idle."""
-    if job.method == LOWER_BOUND:
+    if is_bound(job.method):
         return (1, len(job.profile.layers))
     kind = 2 if registry.get(job.method).exact else 0
     return (kind, len(job.profile.layers))
@@ -314,7 +328,7 @@ def _as_cache(cache: Cache | str | os.PathLike | None) -> Cache | None:
 def run_sweep(
     jobs: Iterable[Job],
     *,
-    executor: Executor | None = None,
+    executor: Executor | Any | None = None,
     cache: Cache | str | os.PathLike | None = DEFAULT_CACHE_DIR,
     max_workers: int = DEFAULT_WORKERS,
     max_pending: int | None = None,
@@ -324,8 +338,10 @@ def run_sweep(
 ) -> list[Result]:
     """Run `jobs` (cache hits are not re-run); returns their results in job order.
 
-    `executor`: any `concurrent.futures.Executor`; None makes a process pool
-    of `max_workers` and shuts it down at the end. At most `max_pending` jobs
+    `executor`: any `concurrent.futures.Executor`, or a `dask.distributed.Client`
+    (its `get_executor()` is used, and its workers' threads set the number
+    of jobs in flight); None makes a process pool of `max_workers` and shuts
+    it down at the end. At most `max_pending` jobs
     are submitted at a time (default: twice the executor's workers), so
     each outcome reaches the cache soon after it finishes. `cache`: a
     `Cache`, a folder, or None for no cache. `on_result` is called in this
@@ -351,11 +367,11 @@ def run_sweep(
     own = executor is None and bool(order)
     if own:
         executor = ProcessPoolExecutor(max_workers=max_workers)
-    workers = getattr(executor, "_max_workers", None) or max_workers
+    executor, workers = _as_executor(executor, max_workers)
     window = max_pending or max(1, 2 * workers)
     bar = tqdm(
         total=len(order),
-        desc=f"{desc} ({len(hits)} cached)",
+        desc=desc if store is None else f"{desc} ({len(hits)} cached)",
         unit="job",
         disable=None if progress else True,
         dynamic_ncols=True,
@@ -385,6 +401,21 @@ def run_sweep(
         make_result(job, key, records[key], cached=key in hits)
         for job, key in zip(jobs, keys, strict=True)
     ]
+
+
+def _as_executor(executor: Any, max_workers: int) -> tuple[Executor | None, int]:
+    """The executor to submit to and how many jobs it runs at once.
+
+    NOTE: a `dask.distributed.Client` is recognised by its methods, not its
+    type, so dask stays an optional extra (`planopt[dask]`) and is never
+    imported here. Its `get_executor()` is a `concurrent.futures.Executor`
+    whose futures `wait` understands; the cluster's total worker threads
+    size the window of jobs in flight.
+    """
+    if executor is not None and hasattr(executor, "get_executor") and hasattr(executor, "nthreads"):
+        threads = sum(executor.nthreads().values())
+        return executor.get_executor(), threads or max_workers
+    return executor, getattr(executor, "_max_workers", None) or max_workers
 
 
 def _drain(

@@ -2,63 +2,19 @@
 
 A `Table` is a title, columns and rows of plain values. The CSV keeps full
 precision (ratios as ratios, seconds as seconds) for anyone re-analysing;
-the Markdown formats each column with its `fmt` (percentages, GiB, ...).
+the Markdown formats each column with its `fmt` (`planopt.report`'s
+formatters: percentages, GiB, ...).
 """
 
 from __future__ import annotations
 
 import csv
-import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
-def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
-
-
-def fmt_text(value: Any) -> str:
-    return "-" if _missing(value) else str(value)
-
-
-def fmt_pct(value: Any) -> str:
-    """A ratio as a percentage: `0.1234` -> `12.3%` (never `-0.0%`)."""
-    if _missing(value):
-        return "-"
-    if isinstance(value, str):
-        return value
-    text = f"{100 * value:.1f}%"
-    return "0.0%" if text == "-0.0%" else text
-
-
-def fmt_budget(value: Any) -> str:
-    """A budget fraction: `0.5` -> `50%`."""
-    return "-" if _missing(value) else f"{100 * value:.0f}%"
-
-
-def fmt_gib(value: Any) -> str:
-    return "-" if _missing(value) else f"{value / 2**30:.2f}"
-
-
-def fmt_seconds(value: Any) -> str:
-    """Three significant figures in s, ms or us."""
-    if _missing(value):
-        return "-"
-    if value >= 1:
-        return f"{value:.3g} s"
-    if value >= 1e-3:
-        return f"{value * 1e3:.3g} ms"
-    return f"{value * 1e6:.3g} us"
-
-
-def fmt_ratio(value: Any) -> str:
-    return "-" if _missing(value) else f"{value:.3f}"
-
-
-def fmt_int(value: Any) -> str:
-    return "-" if _missing(value) else f"{int(value)}"
+from planopt.report import fmt_text
 
 
 @dataclass(frozen=True)

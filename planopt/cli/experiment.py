@@ -10,9 +10,19 @@ resumes where it stopped.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from pathlib import Path
 
+from planopt.cli.args import (
+    WORK_UNIT_HELP,
+    budget_fraction,
+    check_output_path,
+    load_profile_arg,
+    noise,
+    positive_int,
+    time_limit,
+    work_limit,
+)
+from planopt.cli.common import AddCommand
 from planopt.errors import PlanoptError
 from planopt.experiment.cache import DEFAULT_CACHE_DIR
 from planopt.experiment.jobs import default_methods, make_jobs, parse_random
@@ -22,41 +32,6 @@ from planopt.experiment.sweep import DEFAULT_WORKERS, run_sweep
 DEFAULT_BUDGETS = ("70%", "50%", "30%")
 
 
-def budget_fraction(text: str) -> float:
-    """argparse type: `50%` or `0.5` (a share of keep-all activation memory)."""
-    raw = text[:-1] if text.endswith("%") else text
-    try:
-        value = float(raw) / (100 if text.endswith("%") else 1)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"budget must be a percentage (50%) or fraction (0.5) of keep-all activation "
-            f"memory, got {text!r}"
-        ) from None
-    if not 0 <= value <= 10:
-        raise argparse.ArgumentTypeError(f"budget must be between 0% and 1000%, got {text!r}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
-    return value
-
-
-def _noise(text: str) -> float:
-    try:
-        value = float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"noise must be in [0, 1) (or 0% to 99%), got {text!r}")
-    return value
-
-
 def _cache_arg(args: argparse.Namespace):
     return None if args.no_cache else args.cache
 
@@ -64,7 +39,7 @@ def _cache_arg(args: argparse.Namespace):
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--workers",
-        type=_positive_int,
+        type=positive_int,
         default=DEFAULT_WORKERS,
         metavar="N",
         help=f"parallel processes (default: {DEFAULT_WORKERS})",
@@ -89,9 +64,9 @@ def _print_written(headline: dict) -> None:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from planopt.bundled import bundled_profile, bundled_profile_names
-    from planopt.cli import load_profile_arg
     from planopt.experiment.outputs import write_outputs
 
+    check_output_path(args.out, "--out", folder=True)  # before the sweep, not after it
     profiles: list = [load_profile_arg(p) for p in args.profiles]
     if args.all_bundled:
         profiles += [bundled_profile(n) for n in bundled_profile_names()]
@@ -112,6 +87,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         args.budgets,
         methods,
         time_limit=args.time_limit,
+        work_limit=args.work_limit,
         exact_max_layers=args.exact_max_layers,
         bound=not args.no_bound,
     )
@@ -152,6 +128,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 def _cmd_suite(args: argparse.Namespace) -> int:
     from planopt.experiment.suite import DEFAULT, LARGE, run_suite
 
+    check_output_path(args.out, "--out", folder=True)
     config = LARGE if args.large else DEFAULT
     command = "planopt experiment suite" + (" --large" if args.large else "")
     if args.out != "experiments":
@@ -170,10 +147,8 @@ def _cmd_suite(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_experiment_command(
-    command: Callable[[str, str, Callable[[argparse.Namespace], int]], argparse.ArgumentParser],
-) -> None:
-    """Register `experiment` and its subcommands through cli.py's `command` helper."""
+def register(command: AddCommand) -> None:
+    """`experiment` and its subcommands `sweep` and `suite`."""
     group = command(
         "experiment",
         "sweep methods x profiles x budgets: cached, parallel; tables, figures, robustness",
@@ -211,16 +186,29 @@ def add_experiment_command(
     )
     p.add_argument("--methods", nargs="+", metavar="M", help="default: every available method")
     p.add_argument(
-        "--time-limit", type=float, default=60.0, metavar="S", help="per solve (default: 60)"
+        "--time-limit",
+        type=time_limit,
+        default=60.0,
+        metavar="S",
+        help="seconds per solve (default: 60)",
+    )
+    p.add_argument(
+        "--work-limit",
+        type=work_limit,
+        metavar="N",
+        help=f"each solve stops after N {WORK_UNIT_HELP}; part of each job's cache key "
+        "(default: no limit)",
     )
     p.add_argument(
         "--exact-max-layers",
-        type=_positive_int,
+        type=positive_int,
         default=32,
         metavar="N",
         help="run exact methods only on nets of at most N layers (default: 32)",
     )
-    p.add_argument("--no-bound", action="store_true", help="skip planopt.lower_bound jobs")
+    p.add_argument(
+        "--no-bound", action="store_true", help="skip the bound methods' jobs (lower-bound)"
+    )
     p.add_argument(
         "--draws",
         type=int,
@@ -230,7 +218,7 @@ def add_experiment_command(
     )
     p.add_argument(
         "--noise",
-        type=_noise,
+        type=noise,
         default=0.1,
         metavar="R",
         help="relative noise of the robustness study, e.g. 0.1 or 10%% (default: 0.1)",
