@@ -104,6 +104,10 @@ def check_output_path(path: str | os.PathLike | None, what: str, *, folder: bool
         return
     target = Path(path)
     parent = target.parent
+    if parent.exists() and not parent.is_dir():
+        raise FormatError(
+            f"{what} must be a writable file, got {str(path)!r} ({str(parent)!r} is a file)"
+        )
     if not parent.is_dir():
         raise FormatError(f"{what} folder must exist, got {str(parent)!r} for {str(path)!r}")
     if folder and target.exists() and not target.is_dir():

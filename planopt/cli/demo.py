@@ -56,8 +56,8 @@ WORKER_OPTIONS = {"threads": 1}
 def register(command: AddCommand) -> None:
     p = command(
         "demo",
-        "compare every available method on the bundled nets at budgets of 70, 50 and 30 "
-        "percent of keep-all activation memory",
+        "compare every available planner (baselines, heuristics, exact methods) on the "
+        "bundled nets at budgets of 70, 50 and 30 percent of keep-all activation memory",
         run,
     )
     p.add_argument(
@@ -164,6 +164,7 @@ def row(result: Result) -> dict:
         "budget_fraction": result.budget_fraction,
         "budget": whole_bytes(result.budget),
         "status": status,
+        "feasible": result.fits,
         "time": result.makespan,
         "overhead": result.overhead,
         "peak_bytes": result.peak_bytes,
