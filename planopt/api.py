@@ -8,12 +8,17 @@ with.
 
 from __future__ import annotations
 
+import collections.abc
 import math
 import time
+import types
+import typing
+from collections.abc import Callable
 
 from planopt import registry
 from planopt.budget import min_budget, parse_budget
-from planopt.errors import InvalidPlanError, SolverOptionError
+from planopt.bundled import resolve_profile
+from planopt.errors import InvalidPlanError, SolverOptionError, UnknownMethodError, show
 from planopt.problem import Problem
 from planopt.profile import Profile
 from planopt.result import Solution, SolverOutput, Status
@@ -34,19 +39,81 @@ def check_time_limit(time_limit: float | None) -> float | None:
         or not (math.isfinite(time_limit) and time_limit > 0)
     ):
         raise SolverOptionError(
-            f"time_limit must be a finite number of seconds > 0, got {time_limit!r}"
+            f"time_limit must be a finite number of seconds > 0, got {show(time_limit)}"
         )
     return float(time_limit)
 
 
 def _check_seed(seed: int) -> int:
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise SolverOptionError(f"seed must be an integer >= 0, got {seed!r}")
+        raise SolverOptionError(f"seed must be an integer >= 0, got {show(seed)}")
     return seed
 
 
+def _matches(value: object, hint: object) -> bool | None:
+    """Whether `value` is of the annotated type `hint`; None when the form is not known."""
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is type(None):
+        return value is None
+    origin = typing.get_origin(hint)
+    if origin in (types.UnionType, typing.Union):
+        answers = [_matches(value, arg) for arg in typing.get_args(hint)]
+        return True if any(answers) else (None if None in answers else False)
+    if origin is not None and isinstance(origin, type):
+        if not isinstance(value, origin) or isinstance(value, str | bytes):
+            return False
+        args = typing.get_args(hint)
+        if origin is collections.abc.Sequence and len(args) == 1:
+            answers = [_matches(item, args[0]) for item in value]
+            return None if None in answers else all(answers)
+        return True
+    if isinstance(hint, type):
+        return isinstance(value, hint)
+    return None
+
+
+def _describe(hint: object) -> str:
+    if hint is type(None):
+        return "None"
+    if typing.get_origin(hint) in (types.UnionType, typing.Union):
+        return " or ".join(_describe(arg) for arg in typing.get_args(hint))
+    if typing.get_origin(hint) is not None:
+        args = ", ".join(_describe(arg) for arg in typing.get_args(hint))
+        return f"{typing.get_origin(hint).__name__}[{args}]"
+    if isinstance(hint, type):
+        module = hint.__module__
+        public = module.startswith("planopt") and hint.__name__ in ("Plan", "Profile", "Action")
+        return f"planopt.{hint.__name__}" if public else hint.__name__
+    return str(hint)
+
+
+def check_option_types(method: str, fn: Callable, options: dict) -> None:
+    """Each option of the method's type, as its signature annotates it.
+
+    The method checks values (ranges, choices) itself; this catches the wrong
+    kind of thing (`warm_start="x"`, `threads="2"`) before the method reads
+    it, so the user sees the option's name instead of an attribute error
+    from inside a solver.
+    """
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # a method whose annotations do not resolve: no check
+        return
+    for key, value in options.items():
+        hint = hints.get(key)
+        if hint is not None and _matches(value, hint) is False:
+            raise SolverOptionError(
+                f"method {method!r}: option {key} must be {_describe(hint)}, got {show(value)}"
+            )
+
+
 def solve(
-    profile: Profile,
+    profile: Profile | str,
     budget: float | int | str,
     method: str = "greedy",
     *,
@@ -57,6 +124,7 @@ def solve(
 ) -> Solution:
     """Plan `profile` for `budget` (bytes, `"12GiB"` or `"50%"`) with `method`.
 
+    `profile` is a `Profile`, a bundled profile's name or a profile file.
     Returns a `Solution` whose schedule comes from the simulator. A budget
     below `min_budget(profile)` gives status `infeasible` with the minimum
     in the message and `Solution.min_budget`, without running the method.
@@ -65,15 +133,17 @@ def solve(
     top. With no binding time limit, the same inputs, seed and work limit
     give the same plan.
     """
-    if not isinstance(profile, Profile):
-        raise TypeError(f"profile must be a planopt.Profile, got {type(profile).__name__}")
+    profile = resolve_profile(profile)
     bytes_budget = parse_budget(budget, profile)
     limit = check_time_limit(time_limit)
     work = check_work_limit(work_limit)
     seed = _check_seed(seed)
+    if not isinstance(method, str):
+        raise UnknownMethodError(f"method must be a method name (a string), got {show(method)}")
     spec = registry.get(method)
     fn = spec.load()
     spec.check_options(options)
+    check_option_types(spec.name, fn, options)
     minimum = min_budget(profile)
 
     started = time.monotonic()
@@ -141,7 +211,7 @@ def _finish(problem: Problem, method: str, out: SolverOutput, elapsed: float) ->
 
 
 def lower_bound(
-    profile: Profile,
+    profile: Profile | str,
     budget: float | int | str,
     *,
     time_limit: float | None = 10.0,
@@ -157,10 +227,11 @@ def lower_bound(
     """
     from solvers.relaxation import relaxation_bound
 
-    if not isinstance(profile, Profile):
-        raise TypeError(f"profile must be a planopt.Profile, got {type(profile).__name__}")
+    profile = resolve_profile(profile)
     bytes_budget = parse_budget(budget, profile)
     limit = check_time_limit(time_limit)
+    if not isinstance(relax, bool):
+        raise SolverOptionError(f"relax must be true or false, got {show(relax)}")
     if bytes_budget < min_budget(profile):
         return None
     return relaxation_bound(profile, bytes_budget, time_limit=limit, relax=relax)
