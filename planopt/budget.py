@@ -162,10 +162,10 @@ def _whole(value: Fraction | int, given: str) -> int:
 
 def _bare_fraction(value: Fraction, given: str) -> BudgetError:
     percent = f"{float(value * 100):g}%"
+    example = "" if percent == "50%" else " (50% is half)"
     return BudgetError(
         f"budget must be whole bytes or a percentage, got {given}: a bare number below 1 "
-        f"is no byte count; for a share of keep-all activation memory write {percent} "
-        f"(50% is half)"
+        f"is no byte count; for a share of keep-all activation memory write {percent}{example}"
     )
 
 
