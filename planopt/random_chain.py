@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import numbers
 import zlib
 from collections.abc import Sequence
 
@@ -273,7 +274,7 @@ def random_chain(
             raise InvalidProfileError(
                 f"random_chain: {what} must be finite and >= 0, got {value!r}"
             )
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
         raise InvalidProfileError(f"random_chain: seed must be an integer >= 0, got {show(seed)}")
     if device is not None and not isinstance(device, Device):
         raise InvalidProfileError(
