@@ -13,7 +13,9 @@ import time
 
 from planopt import registry
 from planopt.budget import min_budget, parse_budget
-from planopt.errors import InvalidPlanError, SolverOptionError
+from planopt.bundled import resolve_profile
+from planopt.errors import InvalidPlanError, SolverOptionError, UnknownMethodError, show
+from planopt.option_types import check_option_types
 from planopt.problem import Problem
 from planopt.profile import Profile
 from planopt.result import Solution, SolverOutput, Status
@@ -34,19 +36,19 @@ def check_time_limit(time_limit: float | None) -> float | None:
         or not (math.isfinite(time_limit) and time_limit > 0)
     ):
         raise SolverOptionError(
-            f"time_limit must be a finite number of seconds > 0, got {time_limit!r}"
+            f"time_limit must be a finite number of seconds > 0, got {show(time_limit)}"
         )
     return float(time_limit)
 
 
 def _check_seed(seed: int) -> int:
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise SolverOptionError(f"seed must be an integer >= 0, got {seed!r}")
+        raise SolverOptionError(f"seed must be an integer >= 0, got {show(seed)}")
     return seed
 
 
 def solve(
-    profile: Profile,
+    profile: Profile | str,
     budget: float | int | str,
     method: str = "greedy",
     *,
@@ -57,6 +59,7 @@ def solve(
 ) -> Solution:
     """Plan `profile` for `budget` (bytes, `"12GiB"` or `"50%"`) with `method`.
 
+    `profile` is a `Profile`, a bundled profile's name or a profile file.
     Returns a `Solution` whose schedule comes from the simulator. A budget
     below `min_budget(profile)` gives status `infeasible` with the minimum
     in the message and `Solution.min_budget`, without running the method.
@@ -65,15 +68,17 @@ def solve(
     top. With no binding time limit, the same inputs, seed and work limit
     give the same plan.
     """
-    if not isinstance(profile, Profile):
-        raise TypeError(f"profile must be a planopt.Profile, got {type(profile).__name__}")
+    profile = resolve_profile(profile)
     bytes_budget = parse_budget(budget, profile)
     limit = check_time_limit(time_limit)
     work = check_work_limit(work_limit)
     seed = _check_seed(seed)
+    if not isinstance(method, str):
+        raise UnknownMethodError(f"method must be a method name (a string), got {show(method)}")
     spec = registry.get(method)
     fn = spec.load()
     spec.check_options(options)
+    check_option_types(spec.name, fn, options)
     minimum = min_budget(profile)
 
     started = time.monotonic()
@@ -141,7 +146,7 @@ def _finish(problem: Problem, method: str, out: SolverOutput, elapsed: float) ->
 
 
 def lower_bound(
-    profile: Profile,
+    profile: Profile | str,
     budget: float | int | str,
     *,
     time_limit: float | None = 10.0,
@@ -157,10 +162,11 @@ def lower_bound(
     """
     from solvers.relaxation import relaxation_bound
 
-    if not isinstance(profile, Profile):
-        raise TypeError(f"profile must be a planopt.Profile, got {type(profile).__name__}")
+    profile = resolve_profile(profile)
     bytes_budget = parse_budget(budget, profile)
     limit = check_time_limit(time_limit)
+    if not isinstance(relax, bool):
+        raise SolverOptionError(f"relax must be true or false, got {show(relax)}")
     if bytes_budget < min_budget(profile):
         return None
     return relaxation_bound(profile, bytes_budget, time_limit=limit, relax=relax)

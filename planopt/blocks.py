@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planopt.bundled import resolve_profile
 from planopt.errors import InvalidProfileError
 from planopt.profile import Profile
 
@@ -277,7 +278,7 @@ def _best_repeat(
 
 
 def find_blocks(
-    profile: Profile,
+    profile: Profile | str,
     *,
     rtol: float = DEFAULT_RTOL,
     use_signatures: bool = True,
@@ -292,6 +293,7 @@ def find_blocks(
     `min_numeric_layers` when some of its layers are compared by numbers
     (see the module note on chance matches).
     """
+    profile = resolve_profile(profile)
     for what, value in (("min_layers", min_layers), ("min_numeric_layers", min_numeric_layers)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 2:
             raise InvalidProfileError(f"find_blocks: {what} must be an integer >= 2, got {value!r}")

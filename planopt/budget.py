@@ -26,10 +26,27 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import Decimal
+from fractions import Fraction
 
-from planopt.errors import BudgetError
+from planopt.bundled import resolve_profile
+from planopt.errors import BudgetError, show
 from planopt.plan import KEEP, SWAP, Plan, need_indices
 from planopt.profile import Profile
+
+# NOTE (budgets): a budget is whole bytes everywhere (peaks are whole bytes,
+# so a plan fits `b` exactly when it fits `floor(b)`): a fractional result
+# ("50%" of an odd number, "1.5" bytes) is rounded down, never allowing more
+# than asked, and computed exactly from the decimal text (no float rounding
+# of "0.3kB" to 299.99...). A bare number strictly between 0 and 1 is no
+# byte count anyone means: it is refused with the percentage it likely
+# meant. The largest budget is the simulator's int64; a larger one is no
+# limit at all and a likely typo.
+MAX_BUDGET_BYTES = 2**63 - 1
+# Decimal exponents beyond this are settled without exact arithmetic (which
+# would build integers of that many digits): above, the value is too large;
+# below, it is under one byte even times the largest unit or profile.
+_EXPONENT_RANGE = 40
 
 _UNITS = {
     "": 1,
@@ -46,8 +63,9 @@ _UNITS = {
 _BUDGET_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z%]*)\s*$")
 
 
-def memory_lower_bound(profile: Profile) -> int:
+def memory_lower_bound(profile: Profile | str) -> int:
     """The bound of the module note: no plan peaks below it."""
+    profile = resolve_profile(profile)
     layers = profile.layers
     n = len(layers)
     best = 0
@@ -69,16 +87,17 @@ def memory_lower_bound(profile: Profile) -> int:
     return profile.static_bytes + best
 
 
-def min_budget_info(profile: Profile) -> tuple[int, bool]:
+def min_budget_info(profile: Profile | str) -> tuple[int, bool]:
     """`(value, exact)`: the minimum budget, and whether it is exact or a lower bound."""
     from planopt.simulate import Scorer
 
+    profile = resolve_profile(profile)
     bound = memory_lower_bound(profile)
     witness = Scorer(profile).score_plan(min_memory_plan(profile))[1]
     return (bound, True) if witness == bound else (bound, False)
 
 
-def min_budget(profile: Profile) -> int:
+def min_budget(profile: Profile | str) -> int:
     """The smallest budget any plan can meet.
 
     Exact whenever every layer has positive forward and backward times (and
@@ -87,8 +106,9 @@ def min_budget(profile: Profile) -> int:
     return min_budget_info(profile)[0]
 
 
-def min_memory_plan(profile: Profile) -> Plan:
+def min_memory_plan(profile: Profile | str) -> Plan:
     """A plan whose peak is exactly `min_budget(profile)` (the bound's witness)."""
+    profile = resolve_profile(profile)
     n = len(profile.layers)
     actions = [SWAP] * n
     if n:
@@ -99,10 +119,11 @@ def min_memory_plan(profile: Profile) -> Plan:
     return Plan.build(actions, prefetch, wait, profile=profile)
 
 
-def keep_all_peak(profile: Profile) -> int:
+def keep_all_peak(profile: Profile | str) -> int:
     """Peak memory of keeping every tensor (the 100% point of fractional budgets)."""
     from planopt.simulate import Scorer
 
+    profile = resolve_profile(profile)
     return Scorer(profile).peak(*_keep_all_lists(len(profile.layers)))
 
 
@@ -110,35 +131,112 @@ def _keep_all_lists(n: int):
     return [KEEP] * n, [None] * n, [None] * n
 
 
-def budget_from_fraction(profile: Profile, fraction: float) -> float:
-    """`static + r * (peak_keep_all - static)` (spec: "Figures every report uses")."""
+def budget_from_fraction(profile: Profile | str, fraction: float) -> int:
+    """`floor(static + r * (peak_keep_all - static))` in whole bytes (spec: "Figures
+    every report uses"), exact for the float `fraction` given."""
     if (
         isinstance(fraction, bool)
         or not isinstance(fraction, int | float)
-        or not math.isfinite(fraction)
+        or fraction != fraction
         or fraction < 0
+        or fraction == math.inf
     ):
-        raise BudgetError(f"budget fraction must be a finite number >= 0, got {fraction!r}")
-    activation = keep_all_peak(profile) - profile.static_bytes
-    return profile.static_bytes + fraction * activation
+        raise BudgetError(f"budget fraction must be a finite number >= 0, got {show(fraction)}")
+    return _of_keep_all(resolve_profile(profile), Fraction(fraction), show(fraction))
 
 
-def parse_budget(text: str | int | float, profile: Profile) -> float:
-    """Bytes from `12884901888`, `12GiB`, `1.5GB` or `50%` (of keep-all activations)."""
+def _of_keep_all(profile: Profile, share: Fraction, given: str) -> int:
+    static = profile.static_bytes
+    return _whole(static + share * (keep_all_peak(profile) - static), given)
+
+
+def _whole(value: Fraction | int, given: str) -> int:
+    """`value` rounded down to whole bytes, within MAX_BUDGET_BYTES."""
+    whole = math.floor(value)
+    if whole > MAX_BUDGET_BYTES:
+        raise BudgetError(
+            f"budget must be at most {MAX_BUDGET_BYTES} bytes (2^63 - 1), got {given}"
+        )
+    return whole
+
+
+def _bare_fraction(value: Fraction, given: str) -> BudgetError:
+    percent = f"{float(value * 100):g}%"
+    example = "" if percent == "50%" else " (50% is half)"
+    return BudgetError(
+        f"budget must be whole bytes or a percentage, got {given}: a bare number below 1 "
+        f"is no byte count; for a share of keep-all activation memory write {percent}{example}"
+    )
+
+
+def _exact(number: str) -> tuple[Fraction, bool] | None:
+    """`(value, nonzero)` of a decimal text, exact; None when beyond 10^40. A value
+    below 10^-40 comes back as 0 with `nonzero` set (see `_EXPONENT_RANGE`)."""
+    decimal = Decimal(number)
+    if decimal.is_zero():
+        return Fraction(0), False
+    if decimal.adjusted() > _EXPONENT_RANGE:
+        return None
+    if decimal.adjusted() < -_EXPONENT_RANGE:
+        return Fraction(0), True
+    return Fraction(decimal), True
+
+
+def number_bytes(value: int | float) -> int:
+    """A budget given as a number: whole bytes, rounded down (`parse_budget`'s rule)."""
+    if value != value or value < 0 or value == math.inf:
+        raise BudgetError(f"budget must be a finite number of bytes >= 0, got {show(value)}")
+    if 0 < value < 1:
+        raise _bare_fraction(Fraction(value), show(value))
+    return _whole(Fraction(value) if isinstance(value, float) else value, show(value))
+
+
+def parse_budget(text: str | int | float, profile: Profile | str) -> int:
+    """Whole bytes from `12884901888`, `12GiB`, `1.5GB` or `50%` (of keep-all activations).
+
+    The one budget grammar of the API and the command line (see the NOTE):
+    rounded down to whole bytes; a bare number below 1 is refused with the
+    percentage it likely meant.
+    """
+    profile = resolve_profile(profile)
     if isinstance(text, int | float) and not isinstance(text, bool):
-        if not math.isfinite(text) or text < 0:
-            raise BudgetError(f"budget must be a finite number of bytes >= 0, got {text!r}")
-        return float(text)
-    match = _BUDGET_RE.match(str(text))
+        return number_bytes(text)
+    match = _BUDGET_RE.match(text) if isinstance(text, str) else None
     unit = match.group(2).lower() if match else None
     if not match or (unit not in _UNITS and unit != "%"):
         raise BudgetError(
             f"budget must be bytes (12884901888), a size with unit (12GiB, 1.5GB) or a "
-            f"percentage of keep-all activation memory (50%), got {text!r}"
+            f"percentage of keep-all activation memory (50%), got {show(text)}"
         )
-    value = float(match.group(1))
-    if not math.isfinite(value):
-        raise BudgetError(f"budget must be a finite number, got {text!r}")
+    exact = _exact(match.group(1))
+    if exact is None:
+        raise BudgetError(
+            f"budget must be at most {MAX_BUDGET_BYTES} bytes (2^63 - 1), got {show(text)}"
+        )
+    value, nonzero = exact
     if unit == "%":
-        return budget_from_fraction(profile, value / 100.0)
-    return value * _UNITS[unit]
+        return _of_keep_all(profile, value / 100, show(text))
+    if unit == "" and nonzero and value < 1:
+        raise _bare_fraction(value, show(text))
+    return _whole(value * _UNITS[unit], show(text))
+
+
+def parse_budget_fraction(text: str) -> float:
+    """A share of keep-all activation memory from `50%` (0.5): the percentages of the
+    budget grammar, for commands that take one budget for many profiles (sweeps).
+
+    A bare number is refused, below 1 with the percentage it likely meant,
+    so `0.5` means the same (an error) here as in `parse_budget`.
+    """
+    match = _BUDGET_RE.match(text) if isinstance(text, str) else None
+    if match and match.group(2) == "%":
+        exact = _exact(match.group(1))
+        if exact is not None:
+            return float(exact[0] / 100)
+    if match and match.group(2) == "":
+        exact = _exact(match.group(1))
+        if exact is not None and exact[1] and exact[0] < 1:
+            raise _bare_fraction(exact[0], show(text))
+    raise BudgetError(
+        f"budget must be a percentage of keep-all activation memory (50%), got {show(text)}"
+    )

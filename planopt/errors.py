@@ -27,6 +27,10 @@ class FormatError(PlanoptError, ValueError):
     """A file is not parseable JSON or not of the expected `format`."""
 
 
+class OutputPathError(PlanoptError, ValueError):
+    """An output path cannot be written: a missing folder, a folder as the file, no access."""
+
+
 class BudgetError(PlanoptError, ValueError):
     """A budget is malformed or below what any plan can meet."""
 
@@ -53,6 +57,22 @@ class UnsupportedProfileError(PlanoptError, ValueError):
 
 class SolverOptionError(PlanoptError, ValueError):
     """A solver option is unknown or out of range (time limit, backend...)."""
+
+
+def show(value: object, limit: int = 80) -> str:
+    """`repr(value)` for a message, never failing and never huge.
+
+    A huge integer is shown by its magnitude (`repr` of one beyond 4300
+    digits raises), and a long repr is cut: a message names the value, it
+    does not echo a file back.
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"{'-' if value < 0 else ''}an integer of about 2^{value.bit_length() - 1}"
+    try:
+        text = repr(value)
+    except (RecursionError, ValueError):
+        return f"a {type(value).__name__}"
+    return text if len(text) <= limit else text[: limit - 4] + " ..."
 
 
 def where(index: int, name: str | None) -> str:

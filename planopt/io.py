@@ -14,7 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from planopt.errors import FormatError, InvalidPlanError, InvalidProfileError, where
+from planopt.errors import FormatError, InvalidPlanError, InvalidProfileError, show, where
+from planopt.paths import write_text
 from planopt.plan import SWAP, Plan, parse_action
 from planopt.profile import Device, Layer, Profile, check_bytes
 
@@ -41,33 +42,60 @@ _PLAN_LAYER_FIELDS = ("name", "action", "prefetch_at", "swap_wait")
 
 
 def _read_json(source: str | os.PathLike | dict, kind: str) -> dict:
+    """The JSON object of a file (or `source` itself when already a dict).
+
+    Every way a file can be unreadable (missing, a folder, not UTF-8, not
+    JSON, a number too long for Python, nesting too deep) is a `FormatError`
+    naming the file and why.
+    """
     if isinstance(source, dict):
         return source
-    path = Path(source)
+    if isinstance(source, bytes) or not isinstance(source, str | os.PathLike):
+        raise FormatError(
+            f"{kind} must be a path to a {kind} file or an already parsed dict, got {show(source)}"
+        )
+    name = os.fspath(source)
+    if not isinstance(name, str) or not name or "\0" in name:
+        raise FormatError(f"{kind} file must be a non-empty path without NUL, got {show(source)}")
+    path = Path(name)
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as exc:
-        raise FormatError(f"{kind} file {str(path)!r}: cannot be read ({exc.strerror})") from None
+        reason = exc.strerror or type(exc).__name__
+        raise FormatError(f"{kind} file {name!r}: cannot be read ({reason})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FormatError(
+            f"{kind} file {name!r}: must be UTF-8 text (JSON), got byte "
+            f"{raw[exc.start]:#04x} at offset {exc.start}"
+        ) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise FormatError(
-            f"{kind} file {str(path)!r}: must be valid JSON, got an error at line {exc.lineno} "
+            f"{kind} file {name!r}: must be valid JSON, got an error at line {exc.lineno} "
             f"column {exc.colno}: {exc.msg}"
+        ) from None
+    except (ValueError, RecursionError) as exc:
+        # Python's own limits: an integer of over 4300 digits, nesting beyond the stack.
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc).split(";")[0]
+        raise FormatError(
+            f"{kind} file {name!r}: must be JSON planopt can read, got {why}"
         ) from None
     if not isinstance(data, dict):
         raise FormatError(
-            f"{kind} file {str(path)!r}: must hold a JSON object, got {type(data).__name__}"
+            f"{kind} file {name!r}: must hold a JSON object, got {type(data).__name__}"
         )
     return data
 
 
 def _check_format(data: dict, *expected: str) -> str:
     got = data.get("format")
-    if got not in expected:
+    if not isinstance(got, str) or got not in expected:
         kind = expected[0].split("/")[0].split(".")[1]
         choices = " or ".join(repr(e) for e in expected)
-        raise FormatError(f"{kind}: format must be {choices}, got {got!r}")
+        raise FormatError(f"{kind}: format must be {choices}, got {show(got)}")
     return got
 
 
@@ -79,10 +107,11 @@ def _check_keys(
     for key in required:
         if key not in obj:
             raise error(f"{at}: field {key!r} is required")
-    unknown = sorted(set(obj) - set(required) - set(optional))
+    unknown = [key for key in obj if key not in required and key not in optional]
     if unknown:
+        first = min(unknown, key=lambda key: (not isinstance(key, str), str(key)))
         raise error(
-            f"{at}: unknown field {unknown[0]!r} (allowed: {', '.join(required + optional)})"
+            f"{at}: unknown field {show(first)} (allowed: {', '.join(required + optional)})"
         )
 
 
@@ -165,6 +194,8 @@ def profile_from_dict(data: dict) -> Profile:
 
 
 def profile_to_dict(profile: Profile) -> dict:
+    if not isinstance(profile, Profile):
+        raise InvalidProfileError(f"profile must be a planopt.Profile, got {show(profile)}")
     out: dict[str, Any] = {"format": PROFILE_FORMAT, "name": profile.name}
     if profile.source is not None:
         out["source"] = profile.source
@@ -202,7 +233,8 @@ def load_profile(source: str | os.PathLike | dict) -> Profile:
 
 
 def save_profile(profile: Profile, path: str | os.PathLike) -> None:
-    Path(path).write_text(json.dumps(profile_to_dict(profile), indent=1) + "\n")
+    """Write `profile` as `planopt.profile/2`; the path follows `planopt.paths`' rule."""
+    write_text(path, json.dumps(profile_to_dict(profile), indent=1) + "\n", "profile file")
 
 
 # -- plan ------------------------------------------------------------------------
@@ -216,7 +248,9 @@ def plan_from_dict(data: dict) -> Plan:
     _check_keys(data, ("format", "layers"), ("profile", "name"), "plan", InvalidPlanError)
     fingerprint = data.get("profile")
     if fingerprint is not None and not isinstance(fingerprint, str):
-        raise InvalidPlanError(f"plan: profile must be a fingerprint string, got {fingerprint!r}")
+        raise InvalidPlanError(
+            f"plan: profile must be a fingerprint string, got {show(fingerprint)}"
+        )
     raw_layers = data["layers"]
     if not isinstance(raw_layers, list):
         raise InvalidPlanError(f"plan: layers must be a list, got {type(raw_layers).__name__}")
@@ -226,7 +260,7 @@ def plan_from_dict(data: dict) -> Plan:
         at = where(i, name if isinstance(name, str) else None)
         _check_keys(raw, ("action",), ("name", "prefetch_at", "swap_wait"), at, InvalidPlanError)
         if name is not None and not isinstance(name, str):
-            raise InvalidPlanError(f"{at}: name must be a string, got {name!r}")
+            raise InvalidPlanError(f"{at}: name must be a string, got {show(name)}")
         actions.append(parse_action(raw["action"], i, name))
         prefetch.append(raw.get("prefetch_at"))
         wait.append(raw.get("swap_wait"))
@@ -242,6 +276,8 @@ def plan_from_dict(data: dict) -> Plan:
 
 
 def plan_to_dict(plan: Plan) -> dict:
+    if not isinstance(plan, Plan):
+        raise InvalidPlanError(f"plan must be a planopt.Plan, got {show(plan)}")
     out: dict[str, Any] = {"format": PLAN_FORMAT}
     if plan.profile is not None:
         out["profile"] = plan.profile
@@ -260,8 +296,10 @@ def plan_to_dict(plan: Plan) -> dict:
 
 
 def load_plan(source: str | os.PathLike | dict) -> Plan:
+    """Read a plan from a path (or an already parsed dict)."""
     return plan_from_dict(_read_json(source, "plan"))
 
 
 def save_plan(plan: Plan, path: str | os.PathLike) -> None:
-    Path(path).write_text(json.dumps(plan_to_dict(plan), indent=1) + "\n")
+    """Write `plan` as `planopt.plan/1`; the path follows `planopt.paths`' rule."""
+    write_text(path, json.dumps(plan_to_dict(plan), indent=1) + "\n", "plan file")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from planopt.errors import InvalidPlanError, ProfileMismatchError, where
+from planopt.errors import InvalidPlanError, ProfileMismatchError, show, where
 
 if TYPE_CHECKING:
     from planopt.profile import Profile
@@ -27,6 +27,11 @@ class Action(StrEnum):
     def __str__(self) -> str:
         return self.value
 
+    @classmethod
+    def _missing_(cls, value: object) -> Action:
+        choices = ", ".join(a.value for a in cls)
+        raise InvalidPlanError(f"action must be one of {choices}, got {show(value)}")
+
 
 KEEP, SWAP, RECOMPUTE = Action.KEEP, Action.SWAP, Action.RECOMPUTE
 
@@ -37,10 +42,10 @@ def parse_action(value: Any, index: int, name: str | None = None) -> Action:
         return value
     try:
         return Action(value)
-    except ValueError:
+    except (ValueError, TypeError):  # TypeError: an unhashable value
         choices = ", ".join(a.value for a in Action)
         raise InvalidPlanError(
-            f"{where(index, name)}: action must be one of {choices}, got {value!r}"
+            f"{where(index, name)}: action must be one of {choices}, got {show(value)}"
         ) from None
 
 
@@ -121,7 +126,18 @@ class Plan:
     profile: str | None = None
 
     def __post_init__(self) -> None:
+        for attr in ("actions", "prefetch_at", "swap_wait", "names"):
+            value = getattr(self, attr)
+            if not (attr == "names" and value is None):
+                _check_sequence(value, attr)
+        if self.profile is not None and not isinstance(self.profile, str):
+            raise InvalidPlanError(
+                f"plan: profile must be a fingerprint string or None, got {show(self.profile)}"
+            )
         names = None if self.names is None else tuple(self.names)
+        if names is not None and not all(n is None or isinstance(n, str) for n in names):
+            bad = next(n for n in names if not (n is None or isinstance(n, str)))
+            raise InvalidPlanError(f"plan: names must be strings or None, got {show(bad)}")
         n = len(self.actions)
         if n == 0:
             raise InvalidPlanError("plan: layers must hold at least one entry, got 0")
@@ -147,12 +163,12 @@ class Plan:
                 if prefetch is not None:
                     raise InvalidPlanError(
                         f"{at}: prefetch_at is only allowed for action swap, got "
-                        f"{prefetch!r} with action {action.value}"
+                        f"{show(prefetch)} with action {action.value}"
                     )
                 if wait is not None:
                     raise InvalidPlanError(
                         f"{at}: swap_wait is only allowed for action swap, got "
-                        f"{wait!r} with action {action.value}"
+                        f"{show(wait)} with action {action.value}"
                     )
         object.__setattr__(self, "actions", actions)
         object.__setattr__(self, "prefetch_at", tuple(self.prefetch_at))
@@ -176,6 +192,15 @@ class Plan:
         ahead of need (`min(need(i) + 1, L - 1)`, vDNN's rule); with
         `profile`, the plan carries its names and fingerprint.
         """
+        for what, value in (
+            ("actions", actions),
+            ("prefetch_at", prefetch_at),
+            ("swap_wait", swap_wait),
+        ):
+            if value is not None or what == "actions":
+                _check_sequence(value, what)
+        if profile is not None:
+            profile = _resolve(profile)
         n = len(actions)
         acts = [parse_action(a, i) for i, a in enumerate(actions)]
         if profile is not None and len(profile.layers) != n:
@@ -207,7 +232,9 @@ class Plan:
         return cls(tuple(acts), tuple(prefetch), tuple(wait), names, fingerprint)
 
     @classmethod
-    def keep_all(cls, profile: Profile) -> Plan:
+    def keep_all(cls, profile: Profile | str) -> Plan:
+        """Every layer kept: the plan of no memory saving (and of `T_ideal`)."""
+        profile = _resolve(profile)
         return cls.build([KEEP] * len(profile.layers), profile=profile)
 
     # -- queries ----------------------------------------------------------
@@ -226,22 +253,27 @@ class Plan:
         return sum(1 for a in self.actions if a is action)
 
     def check(self, profile: Profile) -> None:
-        """Refuse this plan for `profile`: wrong length, names or fingerprint."""
-        n = len(profile.layers)
-        if len(self.actions) != n:
-            raise InvalidPlanError(
-                f"plan: must have one entry per profile layer ({n}), got {len(self.actions)}"
-            )
+        """Refuse this plan for `profile`: another fingerprint, wrong length or names.
+
+        The fingerprint is checked first: a plan made for another profile is
+        refused as such, whatever else (its length) differs.
+        """
+        profile = _resolve(profile)
         if self.profile is not None and self.profile != profile.fingerprint:
             raise ProfileMismatchError(
                 f"plan: was made for profile {self.profile}, not for {profile.name!r} "
                 f"({profile.fingerprint}); solve again for this profile"
             )
+        n = len(profile.layers)
+        if len(self.actions) != n:
+            raise InvalidPlanError(
+                f"plan: must have one entry per profile layer ({n}), got {len(self.actions)}"
+            )
         if self.names:
             for i, (mine, theirs) in enumerate(zip(self.names, profile.names, strict=True)):
                 if mine is not None and mine != theirs:
                     raise InvalidPlanError(
-                        f"{where(i, theirs)}: name must match the profile, got {mine!r}"
+                        f"{where(i, theirs)}: name must match the profile, got {show(mine)}"
                     )
         if not profile.is_v1:
             need = need_indices(self.actions, profile)
@@ -265,12 +297,27 @@ class Plan:
         return ", ".join(f"{a.value} {self.count(a)}" for a in Action)
 
 
+def _check_sequence(value: Any, what: str) -> None:
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise InvalidPlanError(
+            f"plan: {what} must be a sequence with one entry per layer, got {show(value)}"
+        )
+
+
+def _resolve(profile: Any) -> Profile:
+    # NOTE: imported here, not at the top: the resolver reads profile files
+    # (planopt.io), which parses plans too and so imports this module.
+    from planopt.bundled import resolve_profile
+
+    return resolve_profile(profile)
+
+
 def _check_index(value: Any, low: int, high: int, what: str, *, required: bool) -> None:
     if value is None:
         if required:
             raise InvalidPlanError(f"{what} is required for action swap, in [{low}, {high}]")
         return
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidPlanError(f"{what} must be an integer layer index, got {value!r}")
+        raise InvalidPlanError(f"{what} must be an integer layer index, got {show(value)}")
     if not low <= value <= high:
         raise InvalidPlanError(f"{what} must be in [{low}, {high}], got {value}")

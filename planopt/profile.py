@@ -8,50 +8,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from planopt.errors import InvalidProfileError, where
-
-# NOTE: a positive time below a picosecond is no measurement, and it breaks
-# the model's arithmetic: added to a clock of seconds it vanishes in floating
-# point, so an operation "of positive duration" would end as it starts.
-MIN_POSITIVE_SECONDS = 1e-12
-
-
-def _check_seconds(value: Any, what: str, *, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidProfileError(f"{what} must be a number of seconds, got {value!r}")
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        rule = "> 0" if positive else ">= 0"
-        raise InvalidProfileError(f"{what} must be finite and {rule}, got {value!r}")
-    if 0 < value < MIN_POSITIVE_SECONDS:
-        raise InvalidProfileError(
-            f"{what} must be 0 or at least {MIN_POSITIVE_SECONDS:g} s, got {value!r}"
-        )
-    return float(value)
-
-
-def check_bytes(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidProfileError(f"{what} must be an integer number of bytes, got {value!r}")
-    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
-        raise InvalidProfileError(f"{what} must be an integer number of bytes, got {value!r}")
-    if value < 0:
-        raise InvalidProfileError(f"{what} must be >= 0, got {value!r}")
-    return int(value)
-
-
-def _check_bandwidth(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidProfileError(f"{what} must be a number of bytes/s, got {value!r}")
-    # NOTE: +inf is allowed (an ideal link: copies cost only the latency); it
-    # is what the "infinite bandwidth costs nothing" properties are stated with.
-    if math.isnan(value) or value <= 0:
-        raise InvalidProfileError(f"{what} must be > 0, got {value!r}")
-    return float(value)
+from planopt.errors import InvalidProfileError, show, where
+from planopt.limits import (
+    check_bandwidth,
+    check_bytes,
+    check_clock,
+    check_seconds,
+    check_total_bytes,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,13 +33,13 @@ class Device:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
-            raise InvalidProfileError(f"device: name must be a string, got {self.name!r}")
+            raise InvalidProfileError(f"device: name must be a string, got {show(self.name)}")
         for attr in ("h2d_bandwidth", "d2h_bandwidth"):
-            object.__setattr__(self, attr, _check_bandwidth(getattr(self, attr), f"device: {attr}"))
+            object.__setattr__(self, attr, check_bandwidth(getattr(self, attr), f"device: {attr}"))
         object.__setattr__(
             self,
             "transfer_latency",
-            _check_seconds(self.transfer_latency, "device: transfer_latency"),
+            check_seconds(self.transfer_latency, "device: transfer_latency"),
         )
 
     def d2h_seconds(self, nbytes: int) -> float:
@@ -85,7 +53,7 @@ class Device:
 
 def _check_flag(value: Any, what: str) -> bool:
     if not isinstance(value, bool):
-        raise InvalidProfileError(f"{what} must be true or false, got {value!r}")
+        raise InvalidProfileError(f"{what} must be true or false, got {show(value)}")
     return value
 
 
@@ -158,10 +126,12 @@ class Layer:
         """A copy with numbers normalised; errors name `index` and the field."""
         at = where(index, self.name if isinstance(self.name, str) else None)
         if not isinstance(self.name, str) or not self.name:
-            raise InvalidProfileError(f"{at}: name must be a non-empty string, got {self.name!r}")
+            raise InvalidProfileError(
+                f"{at}: name must be a non-empty string, got {show(self.name)}"
+            )
         if self.signature is not None and not isinstance(self.signature, str):
             raise InvalidProfileError(
-                f"{at}: signature must be a string or null, got {self.signature!r}"
+                f"{at}: signature must be a string or null, got {show(self.signature)}"
             )
         input_grad = check_bytes(self.input_grad_bytes, f"{at}: input_grad_bytes")
         if index == 0 and input_grad:
@@ -171,8 +141,8 @@ class Layer:
             )
         return Layer(
             name=self.name,
-            fwd=_check_seconds(self.fwd, f"{at}: fwd"),
-            bwd=_check_seconds(self.bwd, f"{at}: bwd"),
+            fwd=check_seconds(self.fwd, f"{at}: fwd"),
+            bwd=check_seconds(self.bwd, f"{at}: bwd"),
             out_bytes=check_bytes(self.out_bytes, f"{at}: out_bytes"),
             saved_bytes=check_bytes(self.saved_bytes, f"{at}: saved_bytes"),
             saves_input=_check_flag(self.saves_input, f"{at}: saves_input"),
@@ -197,22 +167,28 @@ class Profile:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
-            raise InvalidProfileError(f"profile: name must be a string, got {self.name!r}")
+            raise InvalidProfileError(f"profile: name must be a string, got {show(self.name)}")
         if not isinstance(self.device, Device):
-            raise InvalidProfileError(f"profile: device must be a Device, got {self.device!r}")
+            raise InvalidProfileError(f"profile: device must be a Device, got {show(self.device)}")
         object.__setattr__(
             self, "static_bytes", check_bytes(self.static_bytes, "profile: static_bytes")
         )
+        if isinstance(self.layers, str | bytes) or not hasattr(self.layers, "__iter__"):
+            raise InvalidProfileError(
+                f"profile: layers must be a sequence of Layer, got {show(self.layers)}"
+            )
         layers = tuple(self.layers)
         if not layers:
             raise InvalidProfileError("profile: layers must hold at least one layer, got 0")
         for i, layer in enumerate(layers):
             if not isinstance(layer, Layer):
-                raise InvalidProfileError(f"layer {i}: must be a Layer, got {layer!r}")
+                raise InvalidProfileError(f"layer {i}: must be a Layer, got {show(layer)}")
         checked = tuple(layer.validated(i) for i, layer in enumerate(layers))
         object.__setattr__(self, "layers", checked)
         if self.source is not None and not isinstance(self.source, str):
-            raise InvalidProfileError(f"profile: source must be a string, got {self.source!r}")
+            raise InvalidProfileError(f"profile: source must be a string, got {show(self.source)}")
+        check_total_bytes(self.static_bytes, checked)
+        check_clock(self.device, checked)
 
     def __len__(self) -> int:
         return len(self.layers)

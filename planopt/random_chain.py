@@ -30,12 +30,13 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import numbers
 import zlib
 from collections.abc import Sequence
 
 import numpy as np
 
-from planopt.errors import InvalidProfileError
+from planopt.errors import InvalidProfileError, show
 from planopt.profile import Device, Layer, Profile
 
 FAMILIES = ("uniform", "cnn", "transformer", "mixed")
@@ -57,6 +58,16 @@ def repeated_chain(
     A block layer without a signature gets its name as signature, so the
     repetition is visible to block-aware solvers.
     """
+    for what, part in (("block", block), ("prefix", prefix), ("suffix", suffix)):
+        if isinstance(part, str | bytes) or not isinstance(part, Sequence):
+            raise InvalidProfileError(
+                f"repeated_chain: {what} must be a sequence of Layer, got {show(part)}"
+            )
+        for layer in part:
+            if not isinstance(layer, Layer):
+                raise InvalidProfileError(
+                    f"repeated_chain: {what} must hold only Layer, got {show(layer)}"
+                )
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 0:
         raise InvalidProfileError(
             f"repeated_chain: repeats must be an integer >= 0, got {repeats!r}"
@@ -263,10 +274,16 @@ def random_chain(
             raise InvalidProfileError(
                 f"random_chain: {what} must be finite and >= 0, got {value!r}"
             )
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise InvalidProfileError(f"random_chain: seed must be an integer >= 0, got {show(seed)}")
+    if device is not None and not isinstance(device, Device):
+        raise InvalidProfileError(
+            f"random_chain: device must be a planopt.Device or None, got {show(device)}"
+        )
+    if isinstance(version, bool) or version not in (1, 2):
+        raise InvalidProfileError(f"random_chain: version must be 1 or 2, got {show(version)}")
     rng = np.random.default_rng(seed)
     drawn = _family(rng, family, n_layers, float(noise))
-    if version not in (1, 2):
-        raise InvalidProfileError(f"random_chain: version must be 1 or 2, got {version!r}")
     layers = tuple(dataclasses.replace(layer, name=f"l{i}") for i, layer in enumerate(drawn))
     if version == 2:
         layers = _as_v2(layers, seed)

@@ -25,7 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planopt.errors import BudgetError
+from planopt.budget import number_bytes, parse_budget
+from planopt.bundled import resolve_profile
+from planopt.errors import BudgetError, InvalidPlanError, show
 from planopt.plan import KEEP, RECOMPUTE, SWAP, Action, Plan
 from planopt.profile import Profile
 from planopt.schedule import OP_KINDS, OpKind, Schedule
@@ -75,7 +77,8 @@ class Scorer:
     copies of the given layers take no time (the greedy's "swap cost" probe).
     """
 
-    def __init__(self, profile: Profile) -> None:
+    def __init__(self, profile: Profile | str) -> None:
+        profile = resolve_profile(profile)
         self.profile = profile
         layers = profile.layers
         n = self.n = len(layers)
@@ -414,23 +417,29 @@ class Scorer:
         )
 
 
-def check_budget(budget: float | None) -> float | None:
-    """A budget must be a finite number of bytes >= 0 (or None for no limit)."""
+def check_budget(budget: float | None) -> int | None:
+    """A budget in whole bytes (rounded down) from a number >= 0, or None for no limit."""
     if budget is None:
         return None
-    if isinstance(budget, bool) or not isinstance(budget, int | float) or not math.isfinite(budget):
-        raise BudgetError(f"budget must be a finite number of bytes, got {budget!r}")
-    if budget < 0:
-        raise BudgetError(f"budget must be >= 0 bytes, got {budget!r}")
-    return budget
+    if isinstance(budget, bool) or not isinstance(budget, int | float):
+        raise BudgetError(f"budget must be a finite number of bytes, got {show(budget)}")
+    return number_bytes(budget)
 
 
-def simulate(profile: Profile, plan: Plan, budget: float | None = None) -> Schedule:
+def simulate(
+    profile: Profile | str, plan: Plan, budget: float | int | str | None = None
+) -> Schedule:
     """Execute `plan` on `profile` under the spec's semantics.
 
-    Raises `InvalidPlanError`/`ProfileMismatchError` when the plan does not
-    belong to the profile. With `budget`, `Schedule.feasible` says whether the
-    peak fits; nothing ever waits for memory (the spec's memory is a check).
+    `profile` may also be a bundled name or a profile file; `budget` is the
+    grammar of `parse_budget` (bytes, `"12GiB"`, `"50%"`). Raises
+    `InvalidPlanError`/`ProfileMismatchError` when the plan does not belong
+    to the profile. With `budget`, `Schedule.feasible` says whether the peak
+    fits; nothing ever waits for memory (the spec's memory is a check).
     """
+    profile = resolve_profile(profile)
+    if not isinstance(plan, Plan):
+        raise InvalidPlanError(f"plan must be a planopt.Plan, got {show(plan)}")
+    bytes_budget = None if budget is None else parse_budget(budget, profile)
     plan.check(profile)
-    return Scorer(profile).schedule(plan, check_budget(budget))
+    return Scorer(profile).schedule(plan, bytes_budget)

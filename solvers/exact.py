@@ -125,8 +125,10 @@ def _check_size(problem: Problem, max_layers: int) -> None:
     if problem.n > max_layers:
         raise SolverOptionError(
             f"method 'exact': the net must have at most max_layers={max_layers} layers (the "
-            f"model grows with L^2), got {problem.n}; raise max_layers, or use 'greedy' or "
-            f"planopt.lower_bound for nets this size"
+            f"model grows with L^2), got {problem.n}; to allow it pass max_layers={problem.n} "
+            f"to planopt.solve (the command line takes no method options yet), or plan a net "
+            f"this size with method 'lns' or 'auto' (--method lns) and bound its optimum with "
+            f"method 'lower-bound'"
         )
 
 
