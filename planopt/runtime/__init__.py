@@ -7,6 +7,9 @@
     executor(x, y).backward()                                  # one step under the plan
     measure(chain, plan, (x, y), loss_fn, profile=prof)        # what the plan really costs
 
+`measure` reads memory from outside the executor: the CUDA caching
+allocator, or on CPU the live-storage tracker (`LiveMemory`).
+
 The planner never imports this package: `import planopt` works without torch.
 """
 
@@ -16,13 +19,17 @@ from planopt.runtime.link import measure_cuda_link
 from planopt.runtime.measure import Measurement, measure, plain_step_seconds
 from planopt.runtime.memory import StaticBytes, static_bytes
 from planopt.runtime.models import REFERENCE_MODELS, ReferenceModel, reference_model
-from planopt.runtime.profiler import profile
+from planopt.runtime.profiler import ChainError, profile
 from planopt.runtime.recompute import RecomputeError
+from planopt.runtime.tracker import Category, LiveMemory
 
 __all__ = [
     "REFERENCE_MODELS",
+    "Category",
     "Chain",
+    "ChainError",
     "Executor",
+    "LiveMemory",
     "Measurement",
     "RecomputeError",
     "ReferenceModel",
