@@ -118,7 +118,7 @@ def plans(
     `swap_wait` None or in `[i+1, L-1]`."""
     n = len(profile.layers)
     acts = [draw(actions) for _ in range(n)]
-    need = need_indices(acts)
+    need = need_indices(acts, profile)
     prefetch: list[int | None] = [None] * n
     wait: list[int | None] = [None] * n
     for i, a in enumerate(acts):
@@ -181,7 +181,7 @@ def random_plan(rng: random.Random, profile: Profile) -> Plan:
     n = len(profile.layers)
     weights = [rng.random() + 0.05 for _ in ACTIONS]
     acts = rng.choices(ACTIONS, weights=weights, k=n)
-    need = need_indices(acts)
+    need = need_indices(acts, profile)
     prefetch: list[int | None] = [None] * n
     wait: list[int | None] = [None] * n
     for i, a in enumerate(acts):

@@ -33,7 +33,8 @@ from planopt.runtime.chain import Chain, LossFn
 from planopt.runtime.executor import Executor, StepStats
 from planopt.runtime.memory import static_bytes
 from planopt.runtime.profiler import prepare_grads, restored
-from planopt.runtime.tracker import AllocatorProbe, LiveMemory
+from planopt.runtime.storage import storage_nbytes
+from planopt.runtime.tracker import AllocatorProbe, LiveMemory, device_bytes
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ def grads_regime(profile: Profile | None, grads_to_none: bool | None) -> bool:
     if grads_to_none is not None:
         return grads_to_none
     if profile is None:
-        return True
+        return False
     return any(layer.param_grad_bytes for layer in profile.layers) or "set to None" in (
         profile.source or ""
     )
@@ -156,7 +157,7 @@ def measure(
                 loss = step()
             peak, source = tracker.peak, tracker.__class__.__module__ + ".LiveMemory"
             categories, where_ = tracker.summary(), tracker.peak_where
-        loss_bytes = loss.untyped_storage().nbytes()
+        loss_bytes = storage_nbytes(loss) + device_bytes(loss.numel() * loss.element_size(), device)
         static = static_bytes(chain, (x, y), optimizer, grads=not to_none, loss_bytes=loss_bytes)
     executor.release_host_memory()
     return Measurement(
@@ -182,7 +183,7 @@ def plain_step_seconds(
     device: torch.device | str | None = None,
     iterations: int = 5,
     warmup: int = 1,
-    grads_to_none: bool = True,
+    grads_to_none: bool = False,
 ) -> tuple[float, tuple[float, ...]]:
     """Median and samples of `loss_fn(chain(x), y).backward()` in plain PyTorch."""
     _check_counts(iterations, warmup)

@@ -70,8 +70,8 @@ def static_bytes(
 ) -> StaticBytes:
     """Parameters, buffers, optimizer state, batch and (`grads`) one gradient per
     trainable parameter; without `grads` the gradients are set to None between
-    steps and counted per layer (`param_grad_bytes`). `loss_bytes`: the storage
-    of the loss, counted twice (the loss and its seed gradient)."""
+    steps and counted per layer (`param_grad_bytes`). `loss_bytes`: the loss's
+    storage and the gradient `backward()` seeds it with."""
     params = list(chain.parameters())
     trainable = sum(
         device_bytes(p.numel() * p.element_size(), p.device) for p in params if p.requires_grad
@@ -84,5 +84,5 @@ def static_bytes(
         optimizer=opt,
         batch=tensor_nbytes(t for t in batch if isinstance(t, torch.Tensor)),
         note=note,
-        loss=2 * loss_bytes,
+        loss=loss_bytes,
     )

@@ -50,7 +50,14 @@ from planopt.runtime.link import measure_cuda_link
 from planopt.runtime.memory import static_bytes
 from planopt.runtime.steps import BackwardSteps
 from planopt.runtime.storage import Saves, plain, static_keys, storage_key, storage_nbytes
-from planopt.runtime.tracker import AllocatorProbe, LiveMemory, MemoryProbe, TrackerProbe, at
+from planopt.runtime.tracker import (
+    AllocatorProbe,
+    LiveMemory,
+    MemoryProbe,
+    TrackerProbe,
+    at,
+    device_bytes,
+)
 
 
 class ChainError(PlanoptError, ValueError):
@@ -213,8 +220,8 @@ class _Run:
             counts.saves_input[i] = saves.saves_input
             counts.saves_output[i] = saves.saves_output
             counts.fwd_work[i] = max(0, grown - counts.out[i] - counts.saved[i])
-            for key, t in saves.tensors.items():
-                live[key] = weakref.ref(t.untyped_storage())
+            # (a comprehension: a loop variable would keep the last tensor alive)
+            live.update({k: weakref.ref(v.untyped_storage()) for k, v in saves.tensors.items()})
             live[storage_key(out)] = weakref.ref(out.untyped_storage())
             saves.release()
             del saves
@@ -223,9 +230,11 @@ class _Run:
             steps.watch(i, out)
             h = out
         # The loss and the gradient backward() seeds it with stay alive through
-        # the backward; the model frees the last output at the end of F_{L-1},
-        # so B_{L-1}'s scratch is measured from that level (they are its scratch).
-        start_level[0] = probe.current() - counts.out[n - 1]
+        # the backward: static_bytes counts both (`StaticBytes.loss`), so the
+        # model's level as B_{L-1} starts is the real one plus the seed, and
+        # B_{L-1}'s scratch is measured from there.
+        counts.seed = device_bytes(h.numel() * h.element_size(), h.device)
+        start_level[0] = probe.current() + counts.seed
         h.backward()
         return counts
 
@@ -267,6 +276,7 @@ class _Counts:
         self.fwd_work = [0] * n
         self.bwd_work = [0] * n
         self.shapes: list[tuple[tuple[int, ...], str]] = []
+        self.seed = 0  # the gradient backward() seeds the loss with
 
 
 def _check_device(chain: Chain, device: torch.device) -> None:
@@ -323,7 +333,7 @@ def profile(
     warmup: int = 3,
     link: Device | None = None,
     optimizer: torch.optim.Optimizer | None = None,
-    grads_to_none: bool = True,
+    grads_to_none: bool = False,
     name: str = "chain",
     progress: bool | None = None,
 ) -> Profile:
@@ -332,8 +342,8 @@ def profile(
     `device` defaults to where the chain's parameters are; the batch is moved
     there. `link` is the host link (required on CPU; measured on CUDA when
     omitted). `grads_to_none`: gradients are set to None between steps (as
-    `optimizer.zero_grad()` does by default); False: they are zeroed in
-    place. `progress`: a tqdm bar on stderr (None: only on a terminal).
+    `optimizer.zero_grad()` does by default; the model then over-predicts,
+    see the README); False (default): they are kept and zeroed in place. `progress`: a tqdm bar on stderr (None: only on a terminal).
     """
     if not isinstance(chain, Chain):
         raise TypeError(f"chain must be a planopt.runtime.Chain, got {type(chain).__name__}")
@@ -388,7 +398,11 @@ def profile(
             bar.update()
         prepare_grads(chain, grads_to_none)
         static = static_bytes(
-            chain, (x, y), optimizer, grads=not grads_to_none, loss_bytes=counts.out[n - 1]
+            chain,
+            (x, y),
+            optimizer,
+            grads=not grads_to_none,
+            loss_bytes=counts.out[n - 1] + counts.seed,
         )
 
     layers = []
