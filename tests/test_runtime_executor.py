@@ -26,12 +26,12 @@ from strategies import plans  # noqa: E402
 import planopt  # noqa: E402
 from planopt import InvalidPlanError, Plan, ProfileMismatchError  # noqa: E402
 from planopt.plan import KEEP, RECOMPUTE, SWAP, need_indices  # noqa: E402
-from planopt.simulate import Scorer  # noqa: E402
 from planopt.runtime import Chain, Executor, RecomputeError, reference_model  # noqa: E402
 from planopt.runtime.layers import ReleasedError  # noqa: E402
 from planopt.runtime.models import REFERENCE_MODELS  # noqa: E402
 from planopt.runtime.profiler import profile  # noqa: E402
 from planopt.runtime.swap import CudaCopies, SyncCopies, copy_engine  # noqa: E402
+from planopt.simulate import Scorer  # noqa: E402
 
 INSTANT = planopt.Device("instant", math.inf, math.inf, 0.0)
 
@@ -262,7 +262,7 @@ def test_forward_without_backward_releases_everything_at_context_exit():
 
 
 def test_plan_that_swaps_without_a_profile_is_refused():
-    ref, _, unit = setup("mlp")
+    ref, _, _ = setup("mlp")
     n = len(ref.chain)
     plan = Plan.build([RECOMPUTE] + [KEEP] * (n - 1))
     with pytest.raises(InvalidPlanError, match="needs profile="):

@@ -343,7 +343,8 @@ def profile(
     there. `link` is the host link (required on CPU; measured on CUDA when
     omitted). `grads_to_none`: gradients are set to None between steps (as
     `optimizer.zero_grad()` does by default; the model then over-predicts,
-    see the README); False (default): they are kept and zeroed in place. `progress`: a tqdm bar on stderr (None: only on a terminal).
+    see the README); False (default): they are kept and zeroed in place.
+    `progress`: a tqdm bar on stderr (None: only on a terminal).
     """
     if not isinstance(chain, Chain):
         raise TypeError(f"chain must be a planopt.runtime.Chain, got {type(chain).__name__}")
