@@ -32,7 +32,7 @@ from planopt.profile import Profile
 from planopt.runtime.chain import Chain, LossFn
 from planopt.runtime.executor import Executor, StepStats
 from planopt.runtime.memory import static_bytes
-from planopt.runtime.profiler import prepare_grads, restored
+from planopt.runtime.profiler import GRADS_TO_NONE_NOTE, prepare_grads, restored
 from planopt.runtime.storage import storage_nbytes
 from planopt.runtime.tracker import AllocatorProbe, LiveMemory, device_bytes
 
@@ -87,11 +87,9 @@ def grads_regime(profile: Profile | None, grads_to_none: bool | None) -> bool:
     """Gradients set to None between steps? Given, else as the profile was measured."""
     if grads_to_none is not None:
         return grads_to_none
-    if profile is None:
-        return False
-    return any(layer.param_grad_bytes for layer in profile.layers) or "set to None" in (
-        profile.source or ""
-    )
+    # `profile` writes the regime into the profile's source; a profile from
+    # elsewhere is taken to keep its gradients (the profiler's default).
+    return profile is not None and GRADS_TO_NONE_NOTE in (profile.source or "")
 
 
 def measure(

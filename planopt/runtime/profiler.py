@@ -59,6 +59,10 @@ from planopt.runtime.tracker import (
     device_bytes,
 )
 
+# Written into a profile's source when gradients are set to None between steps,
+# so that `measure` runs the steps of a plan in the same regime.
+GRADS_TO_NONE_NOTE = "parameter gradients set to None between steps"
+
 
 class ChainError(PlanoptError, ValueError):
     """A chain layer does something the cost model cannot describe."""
@@ -152,33 +156,34 @@ class _Run:
         bwd = [clock.seconds(b_start[t], b_end[t]) for t in range(n)]
         return fwd, bwd
 
-    def counted(self, probe: MemoryProbe, grads_to_none: bool) -> _Counts:
-        """The counting step: products, gradients and scratch of every layer."""
+    def counted(self, probe: MemoryProbe, lives: LiveMemory) -> _Counts:
+        """The counting step: products, gradients and scratch of every layer.
+
+        `probe` measures scratch (the allocator on CUDA, else `lives`);
+        `lives`, the live-storage tracker, says which storages a backward
+        step allocated outlive it.
+        """
         n = self.n
         chain = self.chain
         counts = _Counts(n)
         static = static_keys(chain, (self.x, self.y))
         live: dict[int, weakref.ref] = {}  # products of earlier layers, while they live
-        params = [p for p in chain.parameters() if p.requires_grad]
         b_start = [0] * n
         start_level = [0]  # the level B_{L-1} starts from, in the model's terms
         grad_bytes = [0] * (n + 1)  # bytes of the gradient of x_i (i = 1 .. n)
-        had_grad: set[int] = set()
+        grad_keys = [0] * (n + 1)  # its storage's id, for the tracker
 
         def issue(t: int) -> None:
             at(f"B_{t}")
             b_start[t] = probe.current() if t < n - 1 else start_level[0]
             probe.reset_peak()
-            had_grad.clear()
-            had_grad.update(id(p) for p in params if p.grad is not None)
 
         def end(t: int) -> None:
-            if grads_to_none:
-                counts.param_grad[t] = sum(
-                    storage_nbytes(p.grad)
-                    for p in params
-                    if p.grad is not None and id(p) not in had_grad
-                )
+            # What B_t allocated and still holds, but for the gradient of its input,
+            # lives on: parameter gradients (set to None between steps) and
+            # gradients waiting in autograd for another contribution (a weight
+            # shared with an earlier layer, as GPT-2's tied embedding and head).
+            counts.param_grad[t] = lives.alive_from(f"B_{t}", exclude=grad_keys[t : t + 1])
             counts.input_grad[t] = grad_bytes[t] if t > 0 else 0
             grown = probe.peak() - b_start[t]
             counts.bwd_work[t] = max(0, grown - counts.input_grad[t] - counts.param_grad[t])
@@ -186,6 +191,7 @@ class _Run:
         def grad_hook(i: int):
             def hook(grad: torch.Tensor) -> None:
                 grad_bytes[i] = storage_nbytes(grad)
+                grad_keys[i] = id(grad.untyped_storage())
 
             return hook
 
@@ -299,7 +305,7 @@ def _source(
     cuda = device.type == "cuda"
     where_ = torch.cuda.get_device_name(device) if cuda else "CPU"
     grads = (
-        "parameter gradients set to None between steps: each layer's are param_grad_bytes"
+        f"{GRADS_TO_NONE_NOTE}: each layer's are param_grad_bytes"
         if grads_to_none
         else "parameter gradients kept and zeroed in place: in static_bytes"
     )
@@ -388,7 +394,7 @@ def profile(
             run.timed(clock)
             bar.update()
         prepare_grads(chain, grads_to_none)
-        counts = _counting_step(run, chain, device, (x, y), optimizer, grads_to_none)
+        counts = _counting_step(run, chain, device, (x, y), optimizer)
         bar.update()
         for _ in range(iterations):
             prepare_grads(chain, grads_to_none)
@@ -435,12 +441,14 @@ def profile(
     )
 
 
-def _counting_step(run: _Run, chain: Chain, device, batch, optimizer, grads_to_none) -> _Counts:
+def _counting_step(run: _Run, chain: Chain, device, batch, optimizer) -> _Counts:
     """The counting step under the device's memory probe (allocator or tracker)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        return run.counted(AllocatorProbe(device), grads_to_none)
     tracker = LiveMemory(device.type)
     tracker.track_model(chain, batch, optimizer)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        probe: MemoryProbe = AllocatorProbe(device)
+    else:
+        probe = TrackerProbe(tracker)
     with tracker:
-        return run.counted(TrackerProbe(tracker), grads_to_none)
+        return run.counted(probe, tracker)

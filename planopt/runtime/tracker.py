@@ -68,11 +68,12 @@ def device_nbytes(storage: torch.UntypedStorage) -> int:
 
 
 class _Entry:
-    __slots__ = ("category", "nbytes", "ref")
+    __slots__ = ("born", "category", "nbytes", "ref")
 
-    def __init__(self, nbytes: int, category: Category) -> None:
+    def __init__(self, nbytes: int, category: Category, born: str) -> None:
         self.nbytes = nbytes
         self.category = category
+        self.born = born  # `where` the step was when the storage was allocated
         self.ref: weakref.ref | None = None
 
 
@@ -144,7 +145,7 @@ class LiveMemory(TorchDispatchMode):
             return
         if storage.device.type != self.device_type:
             return
-        entry = _Entry(device_nbytes(storage), category)
+        entry = _Entry(device_nbytes(storage), category, self.where)
         entry.ref = weakref.ref(storage, self._released(key, entry))
         self._entries[key] = entry
         self.by_category[category] += entry.nbytes
@@ -185,6 +186,18 @@ class LiveMemory(TorchDispatchMode):
 
     def reset_local_peak(self) -> None:
         self.local_peak = self.current
+
+    def alive_from(self, label: str, exclude: Iterable[int] = ()) -> int:
+        """Bytes of live storages allocated while `where` was `label` (not HOST).
+
+        `exclude`: ids of storages to leave out (`id(t.untyped_storage())`).
+        """
+        skip = set(exclude)
+        return sum(
+            e.nbytes
+            for key, e in self._entries.items()
+            if e.born == label and e.category is not Category.HOST and key not in skip
+        )
 
     # -- registering what exists before the step ----------------------------------
 
