@@ -228,8 +228,11 @@ class _Greedy:
         if self.fits(w):
             return
         # Stage 4: the minimum-memory plan, then take back what the budget allows.
+        # Copies back just in time: at need(i), which v2 puts at i + 1 when
+        # layer i + 1 reads its input.
+        need = need_indices(w.actions, self.problem.profile)
         for i in w.swapped():
-            w.prefetch[i] = i
+            w.prefetch[i] = need[i]
             w.wait[i] = i + 1
         if not self.fits(w):
             self.fallback(w)
@@ -237,10 +240,10 @@ class _Greedy:
         self.log.stage4 = True
 
         def ahead(i: int) -> Callable[[], None]:
-            w.prefetch[i] = i + 1
-            return lambda: w.prefetch.__setitem__(i, i)
+            w.prefetch[i] = need[i] + 1
+            return lambda: w.prefetch.__setitem__(i, need[i])
 
-        self.accept_each(w, [i for i in reversed(w.swapped()) if i + 1 <= n - 1], ahead)
+        self.accept_each(w, [i for i in reversed(w.swapped()) if need[i] + 1 <= n - 1], ahead)
         self.drop_waits(w)
 
     def fallback(self, w: _Work) -> None:
