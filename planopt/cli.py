@@ -545,8 +545,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
     from planopt.experiment.cli import add_experiment_command
+    from planopt.run_check_cli import add_run_check_command
 
     add_experiment_command(command)
+    add_run_check_command(command)
     return parser
 
 
