@@ -19,8 +19,8 @@ from torch import nn  # noqa: E402
 
 from planopt.runtime import reference_model  # noqa: E402
 from planopt.runtime.models import REFERENCE_MODELS  # noqa: E402
-from planopt.runtime.profiler import prepare_grads  # noqa: E402
 from planopt.runtime.tracker import Category, LiveMemory, host_memory  # noqa: E402
+from planopt.runtime.training import prepare_grads  # noqa: E402
 
 
 def mem_tracker_peak(chain, batch, loss_fn, optimizer=None) -> int:

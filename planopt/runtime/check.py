@@ -28,7 +28,7 @@ from planopt.report import human_bytes, human_seconds, table
 from planopt.runtime.chain import Chain, LossFn
 from planopt.runtime.executor import Executor
 from planopt.runtime.measure import Measurement, grads_regime, measure
-from planopt.runtime.profiler import prepare_grads, restored
+from planopt.runtime.training import prepare_grads, restored
 from planopt.schedule import OP_KINDS, OpKind, Schedule
 from planopt.simulate import simulate
 

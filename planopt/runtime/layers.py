@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from planopt.errors import where
-from planopt.plan import KEEP, RECOMPUTE, SWAP, Action
+from planopt.plan import KEEP, SWAP, Action
 from planopt.runtime.recompute import RecomputeError
 from planopt.runtime.storage import (
     Saves,
@@ -296,6 +296,3 @@ class LayerState:
         """Parts still holding a tensor (0 after a complete step unless a bug)."""
         parts = [*self.internals, *([self.output] if self.output else [])]
         return sum(part.held() for part in parts)
-
-
-ACTIONS = (KEEP, SWAP, RECOMPUTE)

@@ -32,9 +32,10 @@ from planopt.profile import Profile
 from planopt.runtime.chain import Chain, LossFn
 from planopt.runtime.executor import Executor, StepStats
 from planopt.runtime.memory import static_bytes
-from planopt.runtime.profiler import GRADS_TO_NONE_NOTE, prepare_grads, restored
+from planopt.runtime.profiler import GRADS_TO_NONE_NOTE
 from planopt.runtime.storage import storage_nbytes
 from planopt.runtime.tracker import AllocatorProbe, LiveMemory, device_bytes
+from planopt.runtime.training import prepare_grads, restored
 
 
 @dataclass(frozen=True)

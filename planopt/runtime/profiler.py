@@ -32,12 +32,9 @@ statistics) and gradients are restored.
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import sys
-import time
 import weakref
-from collections.abc import Iterator
 
 import torch
 from torch.autograd.graph import saved_tensors_hooks
@@ -58,6 +55,7 @@ from planopt.runtime.tracker import (
     at,
     device_bytes,
 )
+from planopt.runtime.training import Clock, prepare_grads, restored
 
 # Written into a profile's source when gradients are set to None between steps,
 # so that `measure` runs the steps of a plan in the same regime.
@@ -68,62 +66,6 @@ class ChainError(PlanoptError, ValueError):
     """A chain layer does something the cost model cannot describe."""
 
 
-class _Clock:
-    """Marks on the compute stream: CUDA events on a GPU, perf_counter elsewhere."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.cuda = device.type == "cuda"
-        self.device = device
-
-    def mark(self) -> object:
-        if self.cuda:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record(torch.cuda.current_stream(self.device))
-            return event
-        return time.perf_counter()
-
-    def sync(self) -> None:
-        if self.cuda:
-            torch.cuda.synchronize(self.device)
-
-    def seconds(self, start: object, end: object) -> float:
-        if self.cuda:
-            return max(0.0, start.elapsed_time(end) / 1000.0)
-        return max(0.0, end - start)
-
-
-def prepare_grads(chain: torch.nn.Module, grads_to_none: bool) -> None:
-    """Gradients as a step starts: None, or allocated and zeroed in place (static)."""
-    for p in chain.parameters():
-        if grads_to_none:
-            p.grad = None
-        elif p.grad is not None:
-            p.grad.zero_()
-        elif p.requires_grad:
-            p.grad = torch.zeros_like(p)
-
-
-@contextlib.contextmanager
-def restored(chain: Chain, device: torch.device) -> Iterator[None]:
-    """Undo what training steps change: RNG, buffers, gradients."""
-    cuda = device.type == "cuda" and torch.cuda.is_available()
-    cpu_rng = torch.get_rng_state()
-    cuda_rng = torch.cuda.get_rng_state(device) if cuda else None
-    buffers = [(b, b.detach().clone()) for b in chain.buffers()]
-    grads = [(p, None if p.grad is None else p.grad.detach().clone()) for p in chain.parameters()]
-    try:
-        yield
-    finally:
-        torch.set_rng_state(cpu_rng)
-        if cuda:
-            torch.cuda.set_rng_state(cuda_rng, device)
-        with torch.no_grad():
-            for buf, value in buffers:
-                buf.copy_(value)
-        for p, grad in grads:
-            p.grad = grad
-
-
 class _Run:
     """One training step of the chain, layer by layer, with optional probes."""
 
@@ -131,7 +73,7 @@ class _Run:
         self.chain, self.x, self.y, self.loss_fn = chain, x, y, loss_fn
         self.n = len(chain)
 
-    def timed(self, clock: _Clock) -> tuple[list[float], list[float]]:
+    def timed(self, clock: Clock) -> tuple[list[float], list[float]]:
         """Per-layer forward and backward seconds of one step."""
         n = self.n
         marks = [clock.mark()]
@@ -377,7 +319,7 @@ def profile(
         link_note = f"given by the caller ({link.name})"
 
     run = _Run(chain, x, y, loss_fn)
-    clock = _Clock(device)
+    clock = Clock(device)
     n = len(chain)
     fwd: list[list[float]] = [[] for _ in range(n)]
     bwd: list[list[float]] = [[] for _ in range(n)]
