@@ -8,12 +8,14 @@
     measure(chain, plan, (x, y), loss_fn, profile=prof)        # what the plan really costs
 
 `measure` reads memory from outside the executor: the CUDA caching
-allocator, or on CPU the live-storage tracker (`LiveMemory`).
+allocator, or on CPU the live-storage tracker (`LiveMemory`). `check` puts
+it beside the prediction (`planopt run-check` on the command line).
 
 The planner never imports this package: `import planopt` works without torch.
 """
 
 from planopt.runtime.chain import Chain, module_signature
+from planopt.runtime.check import CheckReport, check, format_check
 from planopt.runtime.executor import Executor, StepStats, check_plan
 from planopt.runtime.link import measure_cuda_link
 from planopt.runtime.measure import Measurement, measure, plain_step_seconds
@@ -28,6 +30,7 @@ __all__ = [
     "Category",
     "Chain",
     "ChainError",
+    "CheckReport",
     "Executor",
     "LiveMemory",
     "Measurement",
@@ -35,7 +38,9 @@ __all__ = [
     "ReferenceModel",
     "StaticBytes",
     "StepStats",
+    "check",
     "check_plan",
+    "format_check",
     "measure",
     "measure_cuda_link",
     "module_signature",

@@ -32,10 +32,12 @@ class StaticBytes:
     batch: int
     note: str
     loss: int = 0
+    other: int = 0  # CUDA: allocated besides the model's tensors (cuBLAS workspaces...)
 
     @property
     def total(self) -> int:
-        return self.params + self.grads + self.buffers + self.optimizer + self.batch + self.loss
+        tensors = self.params + self.grads + self.buffers + self.optimizer + self.batch
+        return tensors + self.loss + self.other
 
 
 # Moments per trainable parameter of optimizers that allocate their state at
@@ -67,22 +69,25 @@ def static_bytes(
     *,
     grads: bool = True,
     loss_bytes: int = 0,
+    resident: int = 0,
 ) -> StaticBytes:
     """Parameters, buffers, optimizer state, batch and (`grads`) one gradient per
     trainable parameter; without `grads` the gradients are set to None between
     steps and counted per layer (`param_grad_bytes`). `loss_bytes`: the loss's
-    storage and the gradient `backward()` seeds it with."""
+    storage and the gradient `backward()` seeds it with. `resident`: the bytes
+    the device's allocator holds as a step starts; what it holds beyond the
+    tensors counted here is `other`."""
     params = list(chain.parameters())
     trainable = sum(
         device_bytes(p.numel() * p.element_size(), p.device) for p in params if p.requires_grad
     )
     opt, note = _optimizer_state(optimizer, trainable)
-    return StaticBytes(
+    parts = dict(
         params=tensor_nbytes(params),
         grads=trainable if grads else 0,
         buffers=tensor_nbytes(chain.buffers()),
         optimizer=opt,
         batch=tensor_nbytes(t for t in batch if isinstance(t, torch.Tensor)),
-        note=note,
-        loss=loss_bytes,
     )
+    other = max(0, resident - sum(parts.values())) if resident else 0
+    return StaticBytes(**parts, note=note, loss=loss_bytes, other=other)

@@ -261,7 +261,8 @@ def _source(
         "each storage counted once. "
         + (
             "Scratch and gradients: CUDA caching-allocator counters (sizes rounded to its "
-            "512-byte blocks). "
+            "512-byte blocks); static also holds what the allocator holds besides the "
+            "model's tensors as a step starts (cuBLAS workspaces). "
             if cuda
             else "Scratch and gradients: the live-storage tracker "
             "(planopt.runtime.tracker, a TorchDispatchMode). "
@@ -336,6 +337,10 @@ def profile(
             run.timed(clock)
             bar.update()
         prepare_grads(chain, grads_to_none)
+        # CUDA: what the allocator holds besides the model's tensors (cuBLAS
+        # workspaces made by the warm-up, anything else on the device) is
+        # resident too; on CPU the tracker sees only the model's tensors.
+        resident = torch.cuda.memory_allocated(device) if cuda else 0
         counts = _counting_step(run, chain, device, (x, y), optimizer)
         bar.update()
         for _ in range(iterations):
@@ -351,6 +356,7 @@ def profile(
             (x, y),
             optimizer,
             grads=not grads_to_none,
+            resident=resident,
             loss_bytes=counts.out[n - 1] + counts.seed,
         )
 
