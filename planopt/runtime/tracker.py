@@ -19,9 +19,13 @@ them, so the CPU copy engine allocates them inside `host_memory()`, which
 files them under `HOST`, outside the total. Everything else the executor
 allocates (copied-back tensors, regenerated tensors) counts.
 
-`memory_probe(device, tracker)` gives the one interface the profiler and
-`measure` use: the caching allocator's `memory_allocated` /
-`max_memory_allocated` on CUDA, this tracker elsewhere.
+`AllocatorProbe` and `TrackerProbe` give the one interface the profiler
+uses: the caching allocator's `memory_allocated` / `max_memory_allocated` on
+CUDA, this tracker elsewhere.
+
+Not seen (as for torch's own `MemTracker`): storages allocated outside the
+dispatcher (inside a kernel, or under `no_dispatch`) and storages resized in
+place with `UntypedStorage.resize_`; none of planopt's models does either.
 """
 
 from __future__ import annotations
@@ -78,6 +82,12 @@ class _Entry:
 
 
 _ACTIVE: list[LiveMemory] = []
+_GRAPH_TASK = getattr(torch._C, "_current_graph_task_id", None)
+
+
+def _in_backward() -> bool:
+    """Inside autograd's backward (a category only: the counts never depend on it)."""
+    return _GRAPH_TASK is not None and _GRAPH_TASK() != -1
 
 
 @contextlib.contextmanager
@@ -253,7 +263,7 @@ class LiveMemory(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         if self._override is not None:
             category = self._override
-        elif torch._C._current_graph_task_id() != -1:
+        elif _in_backward():
             category = Category.TEMPORARY  # inside autograd's backward
         else:
             category = Category.ACTIVATION
