@@ -55,7 +55,7 @@ from planopt.runtime.tracker import (
     at,
     device_bytes,
 )
-from planopt.runtime.training import Clock, prepare_grads, restored
+from planopt.runtime.training import Clock, check_device, prepare_grads, restored
 
 # Written into a profile's source when gradients are set to None between steps,
 # so that `measure` runs the steps of a plan in the same regime.
@@ -227,15 +227,6 @@ class _Counts:
         self.seed = 0  # the gradient backward() seeds the loss with
 
 
-def _check_device(chain: Chain, device: torch.device) -> None:
-    for name, p in chain.named_parameters():
-        if p.device != device and not (p.device.type == device.type and device.index is None):
-            raise ValueError(
-                f"chain: parameter {name} must be on {device}, got {p.device}; "
-                "call chain.to(device) first"
-            )
-
-
 def _source(
     device: torch.device,
     iterations: int,
@@ -305,7 +296,7 @@ def profile(
     if device is None:
         device = next((p.device for p in chain.parameters()), x.device)
     device = torch.device(device)
-    _check_device(chain, device)
+    check_device(chain, device)
     x, y = x.to(device), y.to(device)
     cuda = device.type == "cuda"
     if link is None:

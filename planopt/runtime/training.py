@@ -69,3 +69,13 @@ class Clock:
         if self.cuda:
             return max(0.0, start.elapsed_time(end) / 1000.0)
         return max(0.0, end - start)
+
+
+def check_device(chain: nn.Module, device: torch.device) -> None:
+    """Refuse a chain whose parameters are not on `device`."""
+    for name, p in chain.named_parameters():
+        if p.device != device and not (p.device.type == device.type and device.index is None):
+            raise ValueError(
+                f"chain: parameter {name} must be on {device}, got {p.device}; "
+                "call chain.to(device) first"
+            )
