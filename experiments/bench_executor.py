@@ -11,8 +11,9 @@ loss, backward; gradients zeroed in place between steps, outside the timing):
 * plain: `loss_fn(chain(x), y).backward()`;
 * executor: `Executor(chain, keep_all, profile=...)`, as a user runs it (the
   first step, which checks the profile's saved bytes, is a warm-up);
-* executor + tracking: the same with `track_memory=True` (a pack hook on
-  every saved tensor: what `measure` uses on CPU), for information.
+* executor + tracking: the same under the live-storage tracker (a dispatch
+  mode on every operator: what `measure` uses for memory on CPU), for
+  information.
 
 The variants are interleaved step by step, in an order rotated every step,
 so load on a shared machine hits them alike: `--steps` steps of each. Each
@@ -39,7 +40,7 @@ import torch
 from torch.nn.functional import mse_loss
 
 import planopt
-from planopt.runtime import Chain, Executor, reference_model
+from planopt.runtime import Chain, Executor, LiveMemory, reference_model
 from planopt.runtime.models import REFERENCE_MODELS
 from planopt.runtime.profiler import profile
 
@@ -91,7 +92,6 @@ def _summary(samples: dict[str, list[float]]) -> dict[str, float]:
 def _variants(chain, x, y, loss_fn, prof):
     plan = planopt.Plan.keep_all(prof)
     executor = Executor(chain, plan, profile=prof, loss_fn=loss_fn)
-    tracking = Executor(chain, plan, profile=prof, loss_fn=loss_fn, track_memory=True)
 
     def plain() -> None:
         chain.loss(x, y, loss_fn).backward()
@@ -102,7 +102,13 @@ def _variants(chain, x, y, loss_fn, prof):
 
         return step
 
-    return {"plain": plain, "executor": run(executor), "tracking": run(tracking)}
+    def tracked() -> None:
+        tracker = LiveMemory(x.device.type)
+        tracker.track_model(chain, (x, y))
+        with tracker:
+            executor(x, y).backward()
+
+    return {"plain": plain, "executor": run(executor), "tracking": tracked}
 
 
 def bench_model(name: str, size: str, device: torch.device, steps: int, warmup: int) -> dict:

@@ -228,6 +228,8 @@ class _Greedy:
         if self.fits(w):
             return
         # Stage 4: the minimum-memory plan, then take back what the budget allows.
+        # Copies back just in time: at need(i), which v2 puts at i + 1 when
+        # layer i + 1 reads its input.
         need = need_indices(w.actions, self.problem.profile)
         for i in w.swapped():
             w.prefetch[i] = need[i]

@@ -25,12 +25,13 @@ from strategies import plans  # noqa: E402
 
 import planopt  # noqa: E402
 from planopt import InvalidPlanError, Plan, ProfileMismatchError  # noqa: E402
-from planopt.plan import KEEP, RECOMPUTE, SWAP  # noqa: E402
-from planopt.runtime import Chain, Executor, reference_model  # noqa: E402
+from planopt.plan import KEEP, RECOMPUTE, SWAP, need_indices  # noqa: E402
+from planopt.runtime import Chain, Executor, RecomputeError, reference_model  # noqa: E402
 from planopt.runtime.layers import ReleasedError  # noqa: E402
 from planopt.runtime.models import REFERENCE_MODELS  # noqa: E402
 from planopt.runtime.profiler import profile  # noqa: E402
 from planopt.runtime.swap import CudaCopies, SyncCopies, copy_engine  # noqa: E402
+from planopt.simulate import Scorer  # noqa: E402
 
 INSTANT = planopt.Device("instant", math.inf, math.inf, 0.0)
 
@@ -78,9 +79,7 @@ def test_any_plan_trains_exactly_like_plain_pytorch(data, name, seed):
     plan = data.draw(plans(unit))
     plain, mine = copy.deepcopy(ref.chain), copy.deepcopy(ref.chain)
     loss_a, rng_a = plain_step(plain, batch, ref.loss_fn, seed)
-    loss_b, rng_b, ex = executor_step(
-        mine, plan, batch, ref.loss_fn, seed, profile=unit, track_memory=True
-    )
+    loss_b, rng_b, ex = executor_step(mine, plan, batch, ref.loss_fn, seed, profile=unit)
     assert torch.equal(loss_a, loss_b)
     assert torch.equal(rng_a, rng_b)
     assert_same_training(plain, mine)
@@ -121,12 +120,15 @@ def test_batch_norm_statistics_are_updated_once_under_recompute():
 
 def test_wrapper_module_without_loss_fn_matches_plain():
     """The loss outside the executor: the chain's output is the last layer's."""
-    ref, batch, _ = setup("vgg")
+    ref, batch, unit = setup("vgg")
     n = len(ref.chain)
-    plan = Plan.build([SWAP, RECOMPUTE, KEEP] * (n // 3) + [RECOMPUTE] * (n % 3))
+    acts = [SWAP, RECOMPUTE, KEEP] * (n // 3) + [RECOMPUTE] * (n % 3)
+    plan = Plan.build(acts, need_indices(acts, unit))
     plain, mine = copy.deepcopy(ref.chain), copy.deepcopy(ref.chain)
     loss_a, _ = plain_step(plain, batch, ref.loss_fn, 3)
-    ex = Executor(mine, plan)
+    # The profile was measured with the loss fused into the last layer: its
+    # readers are the same, its sizes are not (verify=False).
+    ex = Executor(mine, plan, profile=unit, verify=False)
     torch.manual_seed(3)
     loss_b = ref.loss_fn(ex(batch[0]), batch[1])
     loss_b.backward()
@@ -137,8 +139,10 @@ def test_wrapper_module_without_loss_fn_matches_plain():
 
 
 def test_no_grad_forward_is_plain_inference():
-    ref, batch, _ = setup("gpt")
-    ex = Executor(ref.chain, Plan.build([SWAP] * len(ref.chain)), loss_fn=ref.loss_fn)
+    ref, batch, unit = setup("gpt")
+    n = len(ref.chain)
+    plan = Plan.build([SWAP] * n, [n - 1] * n, profile=unit)
+    ex = Executor(ref.chain, plan, profile=unit, loss_fn=ref.loss_fn)
     ref.chain.eval()
     try:
         with torch.no_grad():
@@ -166,8 +170,10 @@ def test_swap_on_a_machine_without_cuda_runs_with_no_streams(monkeypatch):
     plain_step(plain, batch, ref.loss_fn, 0)
     _, _, ex = executor_step(mine, plan, batch, ref.loss_fn, 0, profile=unit)
     assert_same_training(plain, mine)
+    scorer = Scorer(unit)
+    runs = scorer.runs(plan.actions)
     assert ex.last_step.copies_out == n and ex.last_step.bytes_out == sum(
-        layer.product_bytes for layer in unit.layers
+        scorer.copy_bytes(i, runs) for i in range(n)
     )
     assert isinstance(copy_engine(torch.device("cpu")), SyncCopies)
 
@@ -227,7 +233,7 @@ def test_profile_measured_on_another_batch_shape_is_refused_at_the_first_step():
     ex = Executor(ref.chain, Plan.keep_all(unit), profile=unit, loss_fn=ref.loss_fn)
     x, y = ref.batch(seed=0, batch_size=ref.batch_size * 2)
     for _ in range(2):  # refused again: a failed check is not a passed one
-        with pytest.raises(ProfileMismatchError, match=r"layer 0 \(fc0\): saved bytes must"):
+        with pytest.raises(ProfileMismatchError, match=r"layer 0 \(fc0\): products must"):
             ex(x, y)
         assert ex.last_step is not None and not ex.last_step.complete  # the step was released
     ex(*ref.batch(seed=0)).backward()  # the profiled shape passes
@@ -236,7 +242,7 @@ def test_profile_measured_on_another_batch_shape_is_refused_at_the_first_step():
 
 def test_second_backward_through_released_tensors_is_an_error():
     ref, batch, unit = setup("mlp")
-    plan = Plan.build([SWAP, RECOMPUTE, RECOMPUTE, KEEP], profile=unit)
+    plan = Plan.build([SWAP, RECOMPUTE, RECOMPUTE, KEEP], [3, None, None, None], profile=unit)
     ex = Executor(ref.chain, plan, profile=unit, loss_fn=ref.loss_fn)
     loss = ex(*batch)
     loss.backward(retain_graph=True)
@@ -247,9 +253,45 @@ def test_second_backward_through_released_tensors_is_an_error():
 
 def test_forward_without_backward_releases_everything_at_context_exit():
     ref, batch, unit = setup("gpt")
-    plan = Plan.build([SWAP, RECOMPUTE, KEEP, SWAP], profile=unit)
-    ex = Executor(ref.chain, plan, profile=unit, loss_fn=ref.loss_fn, track_memory=True)
+    plan = Plan.build([SWAP, RECOMPUTE, KEEP, SWAP], [3, None, None, 3], profile=unit)
+    ex = Executor(ref.chain, plan, profile=unit, loss_fn=ref.loss_fn)
     with ex:
         ex(*batch)
     assert not ex.last_step.complete
     assert ex.last_step.held_at_end == 0
+
+
+def test_plan_that_swaps_without_a_profile_is_refused():
+    ref, _, _ = setup("mlp")
+    n = len(ref.chain)
+    plan = Plan.build([RECOMPUTE] + [KEEP] * (n - 1))
+    with pytest.raises(InvalidPlanError, match="needs profile="):
+        Executor(ref.chain, plan, loss_fn=ref.loss_fn)
+
+
+def test_input_changed_in_place_after_its_owner_was_swapped_is_an_error():
+    """Layer 1 applies an in-place ReLU to its input, then saves it (its Linear).
+
+    Swapped, layer 0's output was copied at the end of F_0, before the
+    change: the copy back would give B_1 the wrong value, so the step stops.
+    Kept, autograd holds the changed tensor itself, as in plain PyTorch.
+    """
+    torch.manual_seed(0)
+    chain = Chain.from_modules(
+        {
+            "lin": torch.nn.Linear(3, 5),
+            "act": torch.nn.Sequential(torch.nn.ReLU(inplace=True), torch.nn.Linear(5, 2)),
+        }
+    )
+    batch = (torch.randn(2, 3), torch.randn(2, 2))
+    loss_fn = torch.nn.functional.mse_loss
+    prof = profile(chain, batch, loss_fn, iterations=1, warmup=0, link=INSTANT)
+    assert prof.layers[1].saves_input
+    swap = Plan.build([SWAP, KEEP], [1, None], profile=prof)
+    ex = Executor(chain, swap, profile=prof, loss_fn=loss_fn)
+    with pytest.raises(RecomputeError, match=r"layer 1 \(act\): a layer must not modify its input"):
+        ex(*batch)
+    plain, mine = copy.deepcopy(chain), copy.deepcopy(chain)
+    plain_step(plain, batch, loss_fn, 0)
+    executor_step(mine, Plan.keep_all(prof), batch, loss_fn, 0, profile=prof)
+    assert_same_training(plain, mine)

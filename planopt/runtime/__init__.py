@@ -7,28 +7,40 @@
     executor(x, y).backward()                                  # one step under the plan
     measure(chain, plan, (x, y), loss_fn, profile=prof)        # what the plan really costs
 
+`measure` reads memory from outside the executor: the CUDA caching
+allocator, or on CPU the live-storage tracker (`LiveMemory`). `check` puts
+it beside the prediction (`planopt run-check` on the command line).
+
 The planner never imports this package: `import planopt` works without torch.
 """
 
 from planopt.runtime.chain import Chain, module_signature
+from planopt.runtime.check import CheckReport, check, format_check
 from planopt.runtime.executor import Executor, StepStats, check_plan
 from planopt.runtime.link import measure_cuda_link
 from planopt.runtime.measure import Measurement, measure, plain_step_seconds
 from planopt.runtime.memory import StaticBytes, static_bytes
 from planopt.runtime.models import REFERENCE_MODELS, ReferenceModel, reference_model
-from planopt.runtime.profiler import profile
+from planopt.runtime.profiler import ChainError, profile
 from planopt.runtime.recompute import RecomputeError
+from planopt.runtime.tracker import Category, LiveMemory
 
 __all__ = [
     "REFERENCE_MODELS",
+    "Category",
     "Chain",
+    "ChainError",
+    "CheckReport",
     "Executor",
+    "LiveMemory",
     "Measurement",
     "RecomputeError",
     "ReferenceModel",
     "StaticBytes",
     "StepStats",
+    "check",
     "check_plan",
+    "format_check",
     "measure",
     "measure_cuda_link",
     "module_signature",

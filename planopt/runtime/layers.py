@@ -1,31 +1,50 @@
-"""One layer's saved tensor `s_i` during one step, for each action of the plan.
+"""A layer's products during one step, held, swapped, dropped and regenerated as v2 says.
 
-Each class does, for its action, what the spec's memory table says, at the
-instants the executor calls it:
+Layer `i`'s products are its output (one storage, `x_{i+1}`) and its
+internals (`planopt.runtime.storage`). Every tensor autograd saves is
+routed, at pack time, to the layer that owns its storage: the input `x_i`
+to layer `i-1` (its output), anything else the forward of `i` saved to
+layer `i`. The owner's action decides what autograd holds:
+
+* `keep`: the tensor itself. Autograd releases it after the last node that
+  reads it, exactly as plain PyTorch does.
+* `swap`, `recompute`: a `Ref` (storage, layout). It holds the tensor until
+  the end of the owner's forward, then nothing; the copy back (`swap`) or the
+  recompute block (`recompute`) gives it a tensor again, over a fresh
+  storage, just before its reader runs. Autograd releases the `Ref` after
+  the node that reads it, so the regenerated storage goes when its last
+  reader is done, as a kept one would; the executor drops what is left at
+  the end of each part's last backward reader (the spec's instant), in case
+  autograd never reads it.
 
 | call | when (spec) |
 | --- | --- |
-| `hooks()` | around `F_i`: pack/unpack of everything autograd saves |
-| `after_forward(out)` | end of `F_i` (the output joins `s_i`; a swap's copy out is enqueued) |
-| `drop_forward()` | end of `F_{i+1}` (of `F_i` for the last layer): swap, recompute free |
-| `copy_back()` | when the backward step `prefetch_at` is issued (swap) |
-| `before_backward()` | start of `B_i`: a swap waits for its copy back |
-| `release()` | end of `B_i` |
-
-Memory is reported to the step's tracker at those same calls, so the
-tracked peak is the spec's peak when copies are instantaneous (CPU).
+| `pack(t)` | during `F_i`: each tensor autograd saves |
+| `finish_forward(out)` | end of `F_i`: classify, copy out (`swap`), drop (`swap`, `recompute`) |
+| `copy_back()` | issue of the backward step `prefetch_at` (`swap`) |
+| `regenerate(...)` | the recompute block of the run holding the layer |
+| `release_output()`, `release()` | end of the output's last reader; end of `B_i` |
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.autograd.graph import saved_tensors_hooks
 
 from planopt.errors import where
-from planopt.runtime.recompute import SavedMeta, check_count, check_same
-from planopt.runtime.storage import SavedSet, TensorMeta, byte_view, plain, view_on
+from planopt.plan import KEEP, SWAP, Action
+from planopt.runtime.recompute import RecomputeError
+from planopt.runtime.storage import (
+    Saves,
+    TensorMeta,
+    byte_view,
+    plain,
+    storage_key,
+    storage_nbytes,
+    view_on,
+)
 from planopt.runtime.swap import DeviceCopy, HostCopy
 
 if TYPE_CHECKING:
@@ -36,285 +55,244 @@ class ReleasedError(RuntimeError):
     """A saved tensor was asked for after the executor released it."""
 
 
-class _SwapRef:
-    """What autograd holds for a swapped saved tensor: its slot and layout."""
+class Ref:
+    """What autograd holds for a saved tensor of a swapped or recomputed product."""
 
-    __slots__ = ("layer", "meta", "slot")
+    __slots__ = ("__weakref__", "meta", "part", "tensor", "version")
 
-    def __init__(self, layer: SwapLayer, slot: int, meta: TensorMeta) -> None:
+    def __init__(self, part: Part | None, t: torch.Tensor) -> None:
+        self.part = part
+        self.meta = TensorMeta(t)
+        self.tensor: torch.Tensor | None = plain(t)
+        self.version = t._version
+
+
+class Part:
+    """One storage among layer `i`'s products: its output or one internal."""
+
+    __slots__ = ("base", "index", "kind", "layer", "meta", "nbytes", "refs")
+
+    def __init__(self, layer: LayerState, kind: str, index: int, nbytes: int) -> None:
         self.layer = layer
-        self.slot = slot
-        self.meta = meta
-
-
-class _RecomputeRef:
-    """What autograd holds for a recomputed saved tensor: its position in the forward."""
-
-    __slots__ = ("index", "layer")
-
-    def __init__(self, layer: RecomputeLayer, index: int) -> None:
-        self.layer = layer
+        self.kind = kind  # "output" or "internal"
         self.index = index
+        self.nbytes = nbytes
+        self.refs: list[weakref.ref] = []
+        self.meta: TensorMeta | None = None  # the output's layout (a recompute base)
+        self.base: torch.Tensor | None = None  # the output, held as a recompute base
+
+    def attach(self, ref: Ref) -> None:
+        ref.part = self
+        self.refs.append(weakref.ref(ref))
+
+    def live_refs(self) -> list[Ref]:
+        return [r for r in (w() for w in self.refs) if r is not None]
+
+    def fill(self, storage_tensor: torch.Tensor) -> None:
+        """Give every reader a tensor over `storage_tensor`'s storage (a fresh copy)."""
+        for ref in self.live_refs():
+            ref.tensor = view_on(storage_tensor, ref.meta)
+
+    def drop(self) -> None:
+        for ref in self.live_refs():
+            ref.tensor = None
+        self.base = None
+
+    def held(self) -> bool:
+        return self.base is not None or any(r.tensor is not None for r in self.live_refs())
 
 
 def unpack(packed: Any) -> torch.Tensor:
-    """The one unpack hook: a tensor as is, or a swapped/recomputed one fetched."""
+    """The one unpack hook: a tensor as is, or a `Ref`'s current tensor."""
     if isinstance(packed, torch.Tensor):
         return packed
-    if isinstance(packed, _SwapRef):
-        return packed.layer.fetch(packed.slot, packed.meta)
-    return packed.layer.regenerated(packed.index)
+    tensor = packed.tensor
+    if tensor is None:
+        layer = packed.part.layer if packed.part is not None else None
+        state = "released" if layer is None or layer.released else "not regenerated yet"
+        raise ReleasedError(
+            f"{layer.where if layer else 'executor'}: saved tensor is {state}; the executor "
+            "supports one backward per forward (no retain_graph) through the chain's own output"
+        )
+    if packed.part is not None:
+        packed.part.layer.wait_back()
+    return tensor
 
 
-class Layer:
-    """Common state: the step, the index, the forward's saved set and output."""
+class LayerState:
+    """Layer `i`'s products in one step, under its action (see the module doc)."""
 
-    action = "keep"
-
-    def __init__(self, step: Step, index: int, track: bool) -> None:
+    def __init__(self, step: Step, index: int, action: Action) -> None:
         self.step = step
         self.index = index
-        self.track = track
-        self.saved: SavedSet | None = None
-        self.forward_bytes = 0  # |s_i| as seen in this step's forward
-        self.output: torch.Tensor | None = None  # kept for a recompute base
-        self.output_version = 0
-        self.base_requires_grad = False
+        self.action = action
+        self.saves: Saves | None = None
+        self.pending: dict[int, list[Ref]] = {}
+        self.output: Part | None = None
+        self.internals: list[Part] = []
+        self.host: HostCopy | None = None
+        self.back: DeviceCopy | None = None
+        self.copied_version = 0  # the output's version when it was copied out
+        self.input_refs: list[Ref] = []  # refs this forward made to the layer below's output
+        self.released = False
 
     @property
     def where(self) -> str:
         return where(self.index, self.step.chain.names[self.index])
 
-    def _add(self, t: torch.Tensor) -> tuple[int, int] | None:
-        added = self.saved.add(t)
-        if added is not None and added[1]:
-            self.step.alloc("forward", self.index, added[1])
-        return added
+    # -- forward ----------------------------------------------------------------
 
-    def hooks(self) -> saved_tensors_hooks | None:
-        return None
+    def start_forward(self, x: torch.Tensor) -> None:
+        step = self.step
+        input_key = storage_key(x) if self.index > 0 else 0
+        self.saves = Saves(step.static, input_key, frozenset())
 
-    def after_forward(self, out: torch.Tensor) -> None:
-        if self.saved is not None:
-            self._add(out)
-            self.forward_bytes = self.saved.nbytes
-
-    def keep_output(self, out: torch.Tensor) -> None:
-        """Hold the output as the base of the recompute run above (it is part of s_i)."""
-        self.output = plain(out)
-        self.output_version = out._version
-        self.base_requires_grad = out.requires_grad
-
-    def base(self) -> torch.Tensor:
-        """The output, for the recompute block that starts at layer i+1."""
-        out = self.output
-        if out is None:
-            raise ReleasedError(f"{self.where}: output must be held as a recompute base")
-        if out._version != self.output_version:
-            raise RuntimeError(
-                f"{self.where}: output must not be modified in place after its forward "
-                "(the recomputation of the next layers starts from it)"
-            )
-        return out
-
-    def drop_forward(self) -> None:
-        return None
-
-    def copy_back(self) -> None:
-        return None
-
-    def before_backward(self) -> None:
-        return None
-
-    def release(self) -> None:
-        return None
-
-
-class KeepLayer(Layer):
-    """`keep`: ordinary autograd. Tracked, it holds its storages until the end of `B_i`."""
-
-    def __init__(self, step: Step, index: int, track: bool) -> None:
-        super().__init__(step, index, track)
-        if track:
-            self.saved = SavedSet(step.static)
-
-    def hooks(self) -> saved_tensors_hooks | None:
-        if self.saved is None:
-            return None
-
-        def pack(t: torch.Tensor) -> torch.Tensor:
-            self._add(t)
+    def pack(self, t: torch.Tensor) -> Any:
+        saves = self.saves
+        key = saves.add(t)
+        if key is None:
             return plain(t)
-
-        return saved_tensors_hooks(pack, unpack)
-
-    def release(self) -> None:
-        if self.saved is not None:
-            self.step.free("keep", self.index, self.saved.nbytes)
-            self.saved = None
-        self.output = None
-
-
-class SwapLayer(Layer):
-    """`swap`: storages copied to the host after `F_i`, back at `prefetch_at`."""
-
-    action = "swap"
-
-    def __init__(self, step: Step, index: int, track: bool) -> None:
-        super().__init__(step, index, track)
-        self.saved = SavedSet(step.static)
-        self.out_ref: _SwapRef | torch.Tensor | None = None
-        self.host: HostCopy | None = None
-        self.back: DeviceCopy | None = None
-        self.released = False
-
-    def hooks(self) -> saved_tensors_hooks:
-        def pack(t: torch.Tensor) -> Any:
-            added = self._add(t)
-            if added is None:
+        if key == saves.input_key:
+            below = self.step.layers[self.index - 1]
+            if below.action is KEEP:
                 return plain(t)
-            return _SwapRef(self, added[0], TensorMeta(t))
+            ref = Ref(None, t)
+            ref.tensor = None  # the layer below holds its output as its action says
+            below.output.attach(ref)
+            self.input_refs.append(ref)
+            return ref
+        if self.action is KEEP:
+            return plain(t)
+        ref = Ref(None, t)
+        self.pending.setdefault(key, []).append(ref)
+        return ref
 
-        return saved_tensors_hooks(pack, unpack)
+    def finish_forward(self, out: torch.Tensor, is_base: bool) -> None:
+        """End of `F_i`: classify what was saved, then act (module doc)."""
+        saves = self.saves
+        saves.classify(out)
+        self._check_input_refs()
+        self.output = Part(self, "output", 0, storage_nbytes(out))
+        self.output.meta = TensorMeta(out)
+        self.internals = [
+            Part(self, "internal", n, storage_nbytes(saves.tensors[key]))
+            for n, key in enumerate(saves.internals)
+        ]
+        parts = {saves.out_key: self.output}
+        parts.update(zip(saves.internals, self.internals, strict=True))
+        for key, refs in self.pending.items():
+            for ref in refs:
+                parts[key].attach(ref)
+        self.step.check_layer(self, saves)
+        if self.action is SWAP:
+            self._copy_out(out, [saves.tensors[k] for k in saves.internals])
+        elif is_base:
+            self.output.base = plain(out)  # keep: the base of the recompute run above
+        if self.action is not KEEP:
+            for refs in self.pending.values():
+                for ref in refs:
+                    ref.tensor = None
+        self.pending.clear()
+        saves.release()
+        self.saves = None
+        self.copied_version = out._version
 
-    def after_forward(self, out: torch.Tensor) -> None:
-        added = self._add(out)
-        self.out_ref = plain(out) if added is None else _SwapRef(self, added[0], TensorMeta(out))
-        self.output_version = out._version
-        self.base_requires_grad = out.requires_grad
-        self.forward_bytes = self.saved.nbytes
-        self.host = self.step.copies.copy_out([byte_view(t) for t in self.saved.slots])
-        self.step.stats_copy_out(self.saved.nbytes)
+    def _copy_out(self, out: torch.Tensor, internals: list[torch.Tensor]) -> None:
+        step = self.step
+        views = [byte_view(t) for t in internals]
+        if step.out_read[self.index]:
+            views.append(byte_view(out))
+        self.host = step.copies.copy_out(views)
+        step.stats_copy_out(sum(v.numel() for v in views))
 
-    def drop_forward(self) -> None:
-        saved = self.saved
-        if saved is None:
-            return
-        if saved.slots and isinstance(self.out_ref, _SwapRef):
-            out = saved.slots[self.out_ref.slot]
-            if out._version != self.output_version:
-                raise RuntimeError(
-                    f"{self.where}: output must not be modified in place by the next layer "
-                    "(it is being copied to the host)"
+    def _check_input_refs(self) -> None:
+        """The layer below's output must not change in place after it was copied or saved."""
+        for ref in self.input_refs:
+            below = ref.part.layer
+            if ref.version != below.copied_version:
+                raise RecomputeError(
+                    f"{self.where}: a layer must not modify its input in place before "
+                    f"saving it when the layer below is {below.action.value} (its copy or "
+                    "its recomputation holds the value before the change)"
                 )
-        self.step.free("swap-out", self.index, saved.nbytes)
-        self.saved = None  # the device storages go; CUDA: after the copy (record_stream)
+        self.input_refs.clear()
+
+    def end_forward_use(self, out_version: int) -> None:
+        """End of `F_{i+1}`: a read output was not modified in place meanwhile."""
+        read = self.step.out_read[self.index]
+        if read and self.action is not KEEP and out_version != self.copied_version:
+            raise RecomputeError(
+                f"{self.where}: output must not be modified in place by the next layer when "
+                f"this layer is {self.action.value} (its copy or recomputation holds the "
+                "value before the change)"
+            )
+
+    # -- backward -----------------------------------------------------------------
 
     def copy_back(self) -> None:
-        if self.back is None and not self.released:
-            self.back = self.step.copies.copy_back(self.host, self.step.device)
-            self.step.alloc("copy-back", self.index, self.back.nbytes)
-            self.step.stats_copy_back(self.back.nbytes)
+        if self.back is not None or self.released or self.host is None:
+            return
+        step = self.step
+        back = step.copies.copy_back(self.host, step.device)
+        self.back = back
+        step.stats_copy_back(back.nbytes)
+        parts = list(self.internals)
+        if step.out_read[self.index]:
+            parts.append(self.output)
+        for part, buffer in zip(parts, back.buffers, strict=True):
+            part.fill(buffer)
+            if part is self.output and self.index in step.bases:
+                part.base = view_on(buffer, part.meta)
+        back.buffers = []  # the readers hold the storages now
 
-    def fetch(self, slot: int, meta: TensorMeta) -> torch.Tensor:
-        back = self.back
-        if back is None:
-            state = "released" if self.released else "not copied back yet"
-            raise ReleasedError(
-                f"{self.where}: swapped tensor is {state}; the executor supports one "
-                "backward per forward (no retain_graph) through the chain's own output"
-            )
-        self.step.copies.wait_back(back)
-        return view_on(back.buffers[slot], meta)
-
-    def base(self) -> torch.Tensor:
-        if isinstance(self.out_ref, _SwapRef):
-            return self.fetch(self.out_ref.slot, self.out_ref.meta)
-        if self.out_ref is None:
-            raise ReleasedError(f"{self.where}: output must be held as a recompute base")
-        return self.out_ref
-
-    def before_backward(self) -> None:
+    def wait_back(self) -> None:
         if self.back is not None:
             self.step.copies.wait_back(self.back)
 
+    def base(self) -> torch.Tensor:
+        """The output, for the recompute block of the run above."""
+        base = self.output.base if self.output is not None else None
+        if base is None:
+            raise ReleasedError(f"{self.where}: output must be held as a recompute base")
+        self.wait_back()
+        return base
+
+    def regenerated(self, saves: Saves, out: torch.Tensor) -> None:
+        """The recompute block ran this layer's forward again: fill its readers."""
+        saves.classify(out)
+        got = [storage_nbytes(saves.tensors[k]) for k in saves.internals]
+        want = [p.nbytes for p in self.internals]
+        if got != want or storage_nbytes(out) != self.output.nbytes:
+            raise RecomputeError(
+                f"{self.where}: recomputation must recreate the storages its forward saved "
+                f"(internals {want} bytes, output {self.output.nbytes}), got internals {got}, "
+                f"output {storage_nbytes(out)}; the layer's forward is not repeatable "
+                "(data-dependent shapes or side effects), so it cannot be recomputed"
+            )
+        for part, key in zip(self.internals, saves.internals, strict=True):
+            part.fill(saves.tensors[key])
+        self.output.fill(out)
+        saves.release()
+
+    def release_output(self) -> None:
+        if self.output is not None:
+            self.output.drop()
+
     def release(self) -> None:
+        """End of `B_i`: nothing of this layer is read again."""
         if self.released:
             return
         self.released = True
-        if self.saved is not None:  # released before its forward was dropped (aborted step)
-            self.step.free("swap-out", self.index, self.saved.nbytes)
-            self.saved = None
+        for part in self.internals:
+            part.drop()
+        self.release_output()
         if self.host is not None:
             self.step.copies.release(self.host, self.back)
-        if self.back is not None:
-            self.step.free("copy-back", self.index, self.back.nbytes)
-        self.host = self.back = self.out_ref = None
+        self.host = self.back = None
+        self.pending.clear()
+        self.saves = None
 
-
-class RecomputeLayer(Layer):
-    """`recompute`: dropped after `F_{i+1}`, regenerated by its run's block in backward."""
-
-    action = "recompute"
-
-    def __init__(self, step: Step, index: int, track: bool) -> None:
-        super().__init__(step, index, track)
-        self.saved = SavedSet(step.static)
-        self.metas: list[SavedMeta] = []
-        self.regen: list[torch.Tensor] | None = None
-        self.regen_set: SavedSet | None = None
-        self.released = False
-
-    def hooks(self) -> saved_tensors_hooks:
-        def pack(t: torch.Tensor) -> _RecomputeRef:
-            self.metas.append(SavedMeta.of(t))
-            self._add(t)
-            return _RecomputeRef(self, len(self.metas) - 1)
-
-        return saved_tensors_hooks(pack, unpack)
-
-    def drop_forward(self) -> None:
-        if self.saved is not None:
-            self.step.free("recompute-drop", self.index, self.saved.nbytes)
-            self.saved = None
-
-    # -- the recompute block ------------------------------------------------
-
-    def rerun_hooks(self) -> saved_tensors_hooks:
-        """Hooks for this layer's forward inside the block: collect, in order, check."""
-        self.regen = []
-        self.regen_set = SavedSet(self.step.static)
-
-        def pack(t: torch.Tensor) -> None:
-            index = len(self.regen)
-            if index < len(self.metas):
-                check_same(self.where, index, self.metas[index], t)
-            self.regen.append(plain(t))
-            added = self.regen_set.add(t)
-            if added is not None and added[1]:
-                self.step.alloc("regenerate", self.index, added[1])
-            return None
-
-        return saved_tensors_hooks(pack, _never)
-
-    def after_rerun(self, out: torch.Tensor) -> None:
-        check_count(self.where, len(self.metas), len(self.regen))
-        added = self.regen_set.add(out)
-        if added is not None and added[1]:
-            self.step.alloc("regenerate", self.index, added[1])
-
-    def regenerated(self, index: int) -> torch.Tensor:
-        if self.regen is None:
-            state = "released" if self.released else "not recomputed yet"
-            raise ReleasedError(
-                f"{self.where}: recomputed tensor is {state}; the executor supports one "
-                "backward per forward (no retain_graph) through the chain's own output"
-            )
-        return self.regen[index]
-
-    def release(self) -> None:
-        if self.released:
-            return
-        self.released = True
-        self.drop_forward()
-        if self.regen_set is not None:
-            self.step.free("regenerated", self.index, self.regen_set.nbytes)
-        self.regen = self.regen_set = None
-        self.output = None
-
-
-def _never(_packed: Any) -> torch.Tensor:
-    raise RuntimeError("the graph built inside a recompute block is never backpropagated")
-
-
-LAYER_CLASSES = {"keep": KeepLayer, "swap": SwapLayer, "recompute": RecomputeLayer}
+    def held(self) -> int:
+        """Parts still holding a tensor (0 after a complete step unless a bug)."""
+        parts = [*self.internals, *([self.output] if self.output else [])]
+        return sum(part.held() for part in parts)

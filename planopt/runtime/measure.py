@@ -1,15 +1,17 @@
-"""What a plan really costs: step time and peak memory of the executor.
+"""What a plan really costs: step time and peak memory, as PyTorch holds it.
 
 `measure(chain, plan, batch, loss_fn, ...)` runs training steps (forward and
 backward; no optimizer step) under the plan:
 
 * step time: the median of `iterations` steps after `warmup` ones
   (`time.perf_counter`, with `torch.cuda.synchronize` around a CUDA step);
-* peak memory: `torch.cuda.max_memory_allocated` over the timed steps on a
-  GPU (everything: static, saved tensors, scratch, gradients in flight); on
-  CPU, static bytes plus the peak of the saved-tensor bytes the executor held
-  on the device side (`Executor(track_memory=True)`), which is the quantity
-  the simulator predicts when copies are instantaneous.
+* peak memory, from outside the executor: `torch.cuda.max_memory_allocated`
+  over the timed steps on a GPU (reserved bytes beside it); elsewhere the
+  live-storage tracker (`planopt.runtime.tracker.LiveMemory`) over one more
+  step, run apart from the timed ones (tracking every operator costs time).
+  Both count everything the step holds: static tensors, saved and
+  regenerated tensors, copies back, gradients, scratch. On CPU the host
+  copies of swapped tensors are left out (they stand for host memory).
 
 `plain_step_seconds` times the same step in plain PyTorch, the baseline of
 the executor's overhead. Like `profile`, both leave RNG, buffers and
@@ -21,7 +23,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -30,22 +32,32 @@ from planopt.profile import Profile
 from planopt.runtime.chain import Chain, LossFn
 from planopt.runtime.executor import Executor, StepStats
 from planopt.runtime.memory import static_bytes
-from planopt.runtime.profiler import _restored, _zero_grads
+from planopt.runtime.profiler import GRADS_TO_NONE_NOTE
+from planopt.runtime.storage import storage_nbytes
+from planopt.runtime.tracker import AllocatorProbe, LiveMemory, device_bytes
+from planopt.runtime.training import prepare_grads, restored
 
 
 @dataclass(frozen=True)
 class Measurement:
-    """Measured step time and peak memory of one plan."""
+    """Measured step time and peak memory of one plan.
+
+    `peak_categories` splits the peak by what was live (the tracker's
+    categories; on CUDA, only the total), `peak_where` names the operation
+    the step was in (`F_3`, `B_5`, `R_2..4` for a recompute block).
+    """
 
     step_seconds: float
     step_samples: tuple[float, ...]
     peak_bytes: int
     peak_source: str
     static_bytes: int
-    peak_saved_bytes: int | None
     loss: float
     device: str
     stats: StepStats
+    reserved_bytes: int | None = None
+    peak_categories: dict[str, int] = field(default_factory=dict)
+    peak_where: str = ""
 
 
 def _timed(device: torch.device, fn: Callable[[], torch.Tensor]) -> tuple[float, torch.Tensor]:
@@ -66,10 +78,19 @@ def _device(chain: Chain, x: torch.Tensor, device: torch.device | str | None) ->
 
 
 def _check_counts(iterations: int, warmup: int) -> None:
-    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
-        raise ValueError(f"iterations must be an integer >= 1, got {iterations!r}")
+    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 0:
+        raise ValueError(f"iterations must be an integer >= 0, got {iterations!r}")
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"warmup must be an integer >= 0, got {warmup!r}")
+
+
+def grads_regime(profile: Profile | None, grads_to_none: bool | None) -> bool:
+    """Gradients set to None between steps? Given, else as the profile was measured."""
+    if grads_to_none is not None:
+        return grads_to_none
+    # `profile` writes the regime into the profile's source; a profile from
+    # elsewhere is taken to keep its gradients (the profiler's default).
+    return profile is not None and GRADS_TO_NONE_NOTE in (profile.source or "")
 
 
 def measure(
@@ -83,65 +104,73 @@ def measure(
     iterations: int = 5,
     warmup: int = 1,
     optimizer: torch.optim.Optimizer | None = None,
-    track_memory: bool | None = None,
+    grads_to_none: bool | None = None,
 ) -> Measurement:
     """Step time and peak memory of `plan` (see the module docstring).
 
-    `profile` is the profile the plan was solved for (checked by the
-    executor); `optimizer` only adds its state to the static bytes on CPU.
-    `track_memory` defaults to True on CPU (where it gives the peak) and
-    False on CUDA (where the allocator does, and tracking would cost time).
+    `profile` is the profile the plan was solved for (the executor needs it
+    for plans that swap or recompute, and checks it). `grads_to_none`: are
+    gradients set to None between steps (default: as in the profile)?
+    `optimizer` adds its state to what is tracked and to the static bytes.
+    `iterations=0` skips the timing (memory only).
     """
     _check_counts(iterations, warmup)
     x, y = batch
     device = _device(chain, x, device)
     x, y = x.to(device), y.to(device)
     cuda = device.type == "cuda"
-    track = (not cuda) if track_memory is None else track_memory
-    if not cuda and not track:
-        raise ValueError("measure: on CPU the peak comes from tracking; track_memory must be True")
-    executor = Executor(chain, plan, profile=profile, loss_fn=loss_fn, track_memory=track)
+    to_none = grads_regime(profile, grads_to_none)
+    executor = Executor(chain, plan, profile=profile, loss_fn=loss_fn)
 
     def step() -> torch.Tensor:
         with executor:
             loss = executor(x, y)
             loss.backward()
-        return loss
+        return loss.detach()
 
     samples: list[float] = []
-    peaks: list[int] = []
-    with _restored(chain, device):
-        _zero_grads(chain)
+    reserved = None
+    with restored(chain, device):
         for _ in range(warmup):
+            prepare_grads(chain, to_none)
             step()
-            _zero_grads(chain)
         if cuda:
             torch.cuda.synchronize(device)
             torch.cuda.reset_peak_memory_stats(device)
         for _ in range(iterations):
+            prepare_grads(chain, to_none)
             seconds, loss = _timed(device, step)
-            _zero_grads(chain)
             samples.append(seconds)
-            if executor.last_step.peak_saved_bytes is not None:
-                peaks.append(executor.last_step.peak_saved_bytes)
-        static = static_bytes(chain, (x, y), optimizer).total
         if cuda:
-            peak = torch.cuda.max_memory_allocated(device)
-            source = "torch.cuda.max_memory_allocated over the timed steps"
+            probe = AllocatorProbe(device)
+            if not iterations:
+                prepare_grads(chain, to_none)
+                loss = step()
+            peak, reserved = probe.peak(), probe.reserved_peak()
+            source, categories, where_ = probe.source, {}, ""
         else:
-            peak = static + max(peaks)
-            source = "static bytes + peak saved-tensor bytes held by the executor (CPU)"
+            prepare_grads(chain, to_none)
+            tracker = LiveMemory(device.type)
+            tracker.track_model(chain, (x, y), optimizer)
+            with tracker:
+                loss = step()
+            peak, source = tracker.peak, tracker.__class__.__module__ + ".LiveMemory"
+            categories, where_ = tracker.summary(), tracker.peak_where
+        loss_bytes = storage_nbytes(loss) + device_bytes(loss.numel() * loss.element_size(), device)
+        static = static_bytes(chain, (x, y), optimizer, grads=not to_none, loss_bytes=loss_bytes)
     executor.release_host_memory()
     return Measurement(
-        step_seconds=statistics.median(samples),
+        step_seconds=statistics.median(samples) if samples else float("nan"),
         step_samples=tuple(samples),
         peak_bytes=int(peak),
         peak_source=source,
-        static_bytes=static,
-        peak_saved_bytes=max(peaks) if peaks else None,
-        loss=float(loss.detach()),
+        static_bytes=static.total,
+        loss=float(loss),
         device=str(device),
         stats=executor.last_step,
+        reserved_bytes=reserved,
+        peak_categories=categories,
+        peak_where=where_,
     )
 
 
@@ -153,6 +182,7 @@ def plain_step_seconds(
     device: torch.device | str | None = None,
     iterations: int = 5,
     warmup: int = 1,
+    grads_to_none: bool = False,
 ) -> tuple[float, tuple[float, ...]]:
     """Median and samples of `loss_fn(chain(x), y).backward()` in plain PyTorch."""
     _check_counts(iterations, warmup)
@@ -166,13 +196,12 @@ def plain_step_seconds(
         return loss
 
     samples: list[float] = []
-    with _restored(chain, device):
-        _zero_grads(chain)
+    with restored(chain, device):
         for _ in range(warmup):
+            prepare_grads(chain, grads_to_none)
             step()
-            _zero_grads(chain)
         for _ in range(iterations):
+            prepare_grads(chain, grads_to_none)
             seconds, _ = _timed(device, step)
-            _zero_grads(chain)
             samples.append(seconds)
     return statistics.median(samples), tuple(samples)

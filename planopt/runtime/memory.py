@@ -1,9 +1,7 @@
-"""Static memory of a training step, and the saved-tensor accounting of the executor.
+"""Static memory of a training step: the spec's always-resident `static_bytes`.
 
-`static_bytes` is the spec's always-resident memory; `Tracker` follows the
-saved tensors the executor holds on the device side, allocation by
-allocation, so on CPU (where the caching allocator's statistics do not
-exist) the peak of a step can still be measured exactly.
+What a step really holds beyond it is measured, not counted here: by the
+live-storage tracker or the CUDA allocator (`planopt.runtime.tracker`).
 """
 
 from __future__ import annotations
@@ -15,11 +13,17 @@ import torch
 from torch import nn
 
 from planopt.runtime.storage import tensor_nbytes
+from planopt.runtime.tracker import device_bytes
 
 
 @dataclass(frozen=True, slots=True)
 class StaticBytes:
-    """The parts of `static_bytes`; `note` says how the optimizer state was counted."""
+    """The parts of `static_bytes`; `note` says how the optimizer state was counted.
+
+    `loss`: the loss and the gradient `backward()` seeds it with, which the
+    caller holds through the whole backward (the model frees the last
+    layer's output at the end of its forward).
+    """
 
     params: int
     grads: int
@@ -27,10 +31,13 @@ class StaticBytes:
     optimizer: int
     batch: int
     note: str
+    loss: int = 0
+    other: int = 0  # CUDA: allocated besides the model's tensors (cuBLAS workspaces...)
 
     @property
     def total(self) -> int:
-        return self.params + self.grads + self.buffers + self.optimizer + self.batch
+        tensors = self.params + self.grads + self.buffers + self.optimizer + self.batch
+        return tensors + self.loss + self.other
 
 
 # Moments per trainable parameter of optimizers that allocate their state at
@@ -59,46 +66,28 @@ def static_bytes(
     chain: nn.Module,
     batch: Iterable[torch.Tensor | None],
     optimizer: torch.optim.Optimizer | None = None,
+    *,
+    grads: bool = True,
+    loss_bytes: int = 0,
+    resident: int = 0,
 ) -> StaticBytes:
-    """Parameters, one gradient per trainable parameter, buffers, optimizer state, batch."""
+    """Parameters, buffers, optimizer state, batch and (`grads`) one gradient per
+    trainable parameter; without `grads` the gradients are set to None between
+    steps and counted per layer (`param_grad_bytes`). `loss_bytes`: the loss's
+    storage and the gradient `backward()` seeds it with. `resident`: the bytes
+    the device's allocator holds as a step starts; what it holds beyond the
+    tensors counted here is `other`."""
     params = list(chain.parameters())
-    trainable = sum(p.numel() * p.element_size() for p in params if p.requires_grad)
+    trainable = sum(
+        device_bytes(p.numel() * p.element_size(), p.device) for p in params if p.requires_grad
+    )
     opt, note = _optimizer_state(optimizer, trainable)
-    return StaticBytes(
+    parts = dict(
         params=tensor_nbytes(params),
-        grads=trainable,
+        grads=trainable if grads else 0,
         buffers=tensor_nbytes(chain.buffers()),
         optimizer=opt,
         batch=tensor_nbytes(t for t in batch if isinstance(t, torch.Tensor)),
-        note=note,
     )
-
-
-class Tracker:
-    """Bytes of saved tensors held on the device side, with their running peak.
-
-    The executor calls `alloc`/`free` exactly where the spec's memory table
-    allocates and frees `s_i` (see `planopt.runtime.executor`); `log` keeps
-    the events when asked, for tests and debugging.
-    """
-
-    __slots__ = ("held", "log", "peak")
-
-    def __init__(self, keep_log: bool = False) -> None:
-        self.held = 0
-        self.peak = 0
-        self.log: list[tuple[str, int, int]] | None = [] if keep_log else None
-
-    def alloc(self, what: str, layer: int, nbytes: int) -> None:
-        if nbytes:
-            self.held += nbytes
-            if self.held > self.peak:
-                self.peak = self.held
-            if self.log is not None:
-                self.log.append((what, layer, nbytes))
-
-    def free(self, what: str, layer: int, nbytes: int) -> None:
-        if nbytes:
-            self.held -= nbytes
-            if self.log is not None:
-                self.log.append((what, layer, -nbytes))
+    other = max(0, resident - sum(parts.values())) if resident else 0
+    return StaticBytes(**parts, note=note, loss=loss_bytes, other=other)

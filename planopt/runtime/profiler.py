@@ -1,4 +1,4 @@
-"""Measure a chain on its device: the `planopt.Profile` the planner solves.
+"""Measure a chain on its device: the `planopt.profile/2` the planner solves.
 
 `profile(chain, sample_batch, loss_fn, device=..., iterations=..., warmup=...)`
 runs training steps (forward and backward, the loss fused into the last
@@ -8,12 +8,22 @@ layer; never an optimizer step) and measures per layer:
   ones; CUDA events on a GPU, `time.perf_counter` on CPU (where every
   operator is synchronous). A backward step is timed between the autograd
   hooks that mark it (`planopt.runtime.steps`).
-* `saved_bytes`: counted exactly in one more step with
-  `saved_tensors_hooks` (what `s_i` is: `planopt.runtime.storage`).
-* scratch: on CUDA, from the caching allocator's peak during each forward
-  and backward, beyond what the cost model already holds; not measurable on
-  CPU (0, said so in `source`).
-* `static_bytes`: parameters, gradients, buffers, optimizer state, the batch.
+* the products, in one more step (the counting step) with
+  `saved_tensors_hooks`: `out_bytes`, `saved_bytes` (internals),
+  `saves_input`, `saves_output` (`planopt.runtime.storage` says how each
+  saved storage is classified);
+* the gradients: `input_grad_bytes` (the gradient of the layer's input, seen
+  by a hook on it) and, when gradients are set to None between steps
+  (`grads_to_none=True`, what `zero_grad()` does by default),
+  `param_grad_bytes` (the parameter gradients that appear during its
+  backward; otherwise they exist before the step and are in `static_bytes`);
+* scratch: the peak of memory during each forward and each backward, beyond
+  what the cost model already holds there (`fwd_work_bytes`,
+  `bwd_work_bytes`), read from the caching allocator on CUDA and from the
+  live-storage tracker (`planopt.runtime.tracker`) on CPU, in the counting
+  step, which runs plain autograd;
+* `static_bytes`: parameters, buffers, optimizer state, the batch, and the
+  gradients unless they are set to None;
 * the device link: measured with pinned copies on CUDA, given on CPU.
 
 Profiling leaves the model as it found it: RNG state, buffers (batch-norm
@@ -22,78 +32,38 @@ statistics) and gradients are restored.
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import sys
-import time
-from collections.abc import Iterator
+import weakref
 
 import torch
 from torch.autograd.graph import saved_tensors_hooks
 from tqdm import tqdm
 
+from planopt.errors import PlanoptError, where
 from planopt.profile import Device, Layer, Profile
 from planopt.runtime.chain import Chain, LossFn
 from planopt.runtime.link import measure_cuda_link
 from planopt.runtime.memory import static_bytes
 from planopt.runtime.steps import BackwardSteps
-from planopt.runtime.storage import SavedSet, plain, static_keys
+from planopt.runtime.storage import Saves, plain, static_keys, storage_key, storage_nbytes
+from planopt.runtime.tracker import (
+    AllocatorProbe,
+    LiveMemory,
+    MemoryProbe,
+    TrackerProbe,
+    at,
+    device_bytes,
+)
+from planopt.runtime.training import Clock, check_device, prepare_grads, restored
+
+# Written into a profile's source when gradients are set to None between steps,
+# so that `measure` runs the steps of a plan in the same regime.
+GRADS_TO_NONE_NOTE = "parameter gradients set to None between steps"
 
 
-class _Clock:
-    """Marks on the compute stream: CUDA events on a GPU, perf_counter elsewhere."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.cuda = device.type == "cuda"
-        self.device = device
-
-    def mark(self) -> object:
-        if self.cuda:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record(torch.cuda.current_stream(self.device))
-            return event
-        return time.perf_counter()
-
-    def sync(self) -> None:
-        if self.cuda:
-            torch.cuda.synchronize(self.device)
-
-    def seconds(self, start: object, end: object) -> float:
-        if self.cuda:
-            return max(0.0, start.elapsed_time(end) / 1000.0)
-        return max(0.0, end - start)
-
-
-def _zero_grads(chain: Chain) -> None:
-    # Gradients stay allocated (they are static memory) and are zeroed in place,
-    # as `measure` does, so backward timings and scratch see the same regime.
-    for p in chain.parameters():
-        if p.grad is not None:
-            p.grad.zero_()
-
-
-@contextlib.contextmanager
-def _restored(chain: Chain, device: torch.device) -> Iterator[None]:
-    """Undo what training steps change: RNG, buffers, gradients."""
-    cuda = device.type == "cuda" and torch.cuda.is_available()
-    cpu_rng = torch.get_rng_state()
-    cuda_rng = torch.cuda.get_rng_state(device) if cuda else None
-    buffers = [(b, b.detach().clone()) for b in chain.buffers()]
-    grads = [(p, None if p.grad is None else p.grad.detach().clone()) for p in chain.parameters()]
-    try:
-        yield
-    finally:
-        torch.set_rng_state(cpu_rng)
-        if cuda:
-            torch.cuda.set_rng_state(cuda_rng, device)
-        with torch.no_grad():
-            for buf, value in buffers:
-                buf.copy_(value)
-        for p, grad in grads:
-            if grad is None:
-                p.grad = None
-            else:
-                p.grad.copy_(grad)
+class ChainError(PlanoptError, ValueError):
+    """A chain layer does something the cost model cannot describe."""
 
 
 class _Run:
@@ -103,7 +73,7 @@ class _Run:
         self.chain, self.x, self.y, self.loss_fn = chain, x, y, loss_fn
         self.n = len(chain)
 
-    def timed(self, clock: _Clock) -> tuple[list[float], list[float]]:
+    def timed(self, clock: Clock) -> tuple[list[float], list[float]]:
         """Per-layer forward and backward seconds of one step."""
         n = self.n
         marks = [clock.mark()]
@@ -128,60 +98,113 @@ class _Run:
         bwd = [clock.seconds(b_start[t], b_end[t]) for t in range(n)]
         return fwd, bwd
 
-    def counted(self, device: torch.device) -> _Counts:
-        """Saved bytes per layer, forward and backward scratch (CUDA), input shapes."""
+    def counted(self, probe: MemoryProbe, lives: LiveMemory) -> _Counts:
+        """The counting step: products, gradients and scratch of every layer.
+
+        `probe` measures scratch (the allocator on CUDA, else `lives`);
+        `lives`, the live-storage tracker, says which storages a backward
+        step allocated outlive it.
+        """
         n = self.n
-        cuda = device.type == "cuda"
+        chain = self.chain
         counts = _Counts(n)
-        static = static_keys(self.chain, (self.x, self.y))
-        out_bytes = [0] * n
-        earlier: set[int] = set()
+        static = static_keys(chain, (self.x, self.y))
+        live: dict[int, weakref.ref] = {}  # products of earlier layers, while they live
         b_start = [0] * n
+        start_level = [0]  # the level B_{L-1} starts from, in the model's terms
+        grad_bytes = [0] * (n + 1)  # bytes of the gradient of x_i (i = 1 .. n)
+        grad_keys = [0] * (n + 1)  # its storage's id, for the tracker
 
         def issue(t: int) -> None:
-            if cuda:
-                b_start[t] = torch.cuda.memory_allocated(device)
-                torch.cuda.reset_peak_memory_stats(device)
+            at(f"B_{t}")
+            b_start[t] = probe.current() if t < n - 1 else start_level[0]
+            probe.reset_peak()
 
         def end(t: int) -> None:
-            if cuda:
-                grown = torch.cuda.max_memory_allocated(device) - b_start[t]
-                # The incoming gradient is alive at the start of B_t; the cost
-                # model has no other term for it.
-                counts.bwd_work[t] = max(0, grown) + out_bytes[t]
+            # What B_t allocated and still holds, but for the gradient of its input,
+            # lives on: parameter gradients (set to None between steps) and
+            # gradients waiting in autograd for another contribution (a weight
+            # shared with an earlier layer, as GPT-2's tied embedding and head).
+            counts.param_grad[t] = lives.alive_from(f"B_{t}", exclude=grad_keys[t : t + 1])
+            counts.input_grad[t] = grad_bytes[t] if t > 0 else 0
+            grown = probe.peak() - b_start[t]
+            counts.bwd_work[t] = max(0, grown - counts.input_grad[t] - counts.param_grad[t])
+
+        def grad_hook(i: int):
+            def hook(grad: torch.Tensor) -> None:
+                grad_bytes[i] = storage_nbytes(grad)
+                grad_keys[i] = id(grad.untyped_storage())
+
+            return hook
 
         steps = BackwardSteps(n, issue, end)
         h = self.x
         for i in range(n):
             counts.shapes.append((tuple(h.shape), str(h.dtype).removeprefix("torch.")))
-            saved = SavedSet(static)
-            before = torch.cuda.memory_allocated(device) if cuda else 0
-            if cuda:
-                torch.cuda.reset_peak_memory_stats(device)
+            known = frozenset(k for k, ref in live.items() if _alive(ref, k))
+            saves = Saves(static, storage_key(h) if i > 0 else 0, known)
 
-            def pack(t: torch.Tensor, saved: SavedSet = saved) -> torch.Tensor:
-                saved.add(t)
+            def pack(t: torch.Tensor, saves: Saves = saves) -> torch.Tensor:
+                saves.add(t)
                 return plain(t)
 
+            at(f"F_{i}")
+            start = probe.current()
+            probe.reset_peak()
             with saved_tensors_hooks(pack, _identity):
-                h = self.chain.run_layer(i, h, self.y, self.loss_fn)
-            saved.add(h)
-            out_bytes[i] = h.numel() * h.element_size()
-            counts.saved[i] = saved.nbytes
-            if cuda:
-                # Storages of s_i that existed before F_i (its input) are not new.
-                new = sum(
-                    saved.slots[slot].untyped_storage().nbytes()
-                    for key, slot in saved.keys.items()
-                    if key not in earlier
+                out = chain.run_layer(i, h, self.y, self.loss_fn)
+            grown = probe.peak() - start
+            _check_output(chain, i, h, out, static)
+            saves.classify(out)
+            if saves.foreign:
+                raise ChainError(
+                    f"{where(i, chain.names[i])}: a layer must save only its input, its "
+                    "output, parameters, buffers, the batch or tensors it creates, got "
+                    f"{len(saves.foreign)} storage(s) created before its forward by another "
+                    "layer (a module-level cache?); the cost model cannot place them"
                 )
-                peak = torch.cuda.max_memory_allocated(device)
-                counts.fwd_work[i] = max(0, peak - before - new)
-            earlier.update(saved.keys)
-            del saved  # the probe's references must not outlive autograd's
-            steps.watch(i, h)
+            counts.out[i] = storage_nbytes(out)
+            counts.saved[i] = saves.internal_bytes()
+            counts.saves_input[i] = saves.saves_input
+            counts.saves_output[i] = saves.saves_output
+            counts.fwd_work[i] = max(0, grown - counts.out[i] - counts.saved[i])
+            # (a comprehension: a loop variable would keep the last tensor alive)
+            live.update({k: weakref.ref(v.untyped_storage()) for k, v in saves.tensors.items()})
+            live[storage_key(out)] = weakref.ref(out.untyped_storage())
+            saves.release()
+            del saves
+            if i + 1 < n and out.requires_grad:
+                out.register_hook(grad_hook(i + 1))  # before the step hook, which reads it
+            steps.watch(i, out)
+            h = out
+        # The loss and the gradient backward() seeds it with stay alive through
+        # the backward: static_bytes counts both (`StaticBytes.loss`), so the
+        # model's level as B_{L-1} starts is the real one plus the seed, and
+        # B_{L-1}'s scratch is measured from there.
+        counts.seed = device_bytes(h.numel() * h.element_size(), h.device)
+        start_level[0] = probe.current() + counts.seed
         h.backward()
         return counts
+
+
+def _alive(ref: weakref.ref, key: int) -> bool:
+    storage = ref()
+    return storage is not None and storage.data_ptr() == key
+
+
+def _check_output(chain: Chain, i: int, x: torch.Tensor, out: torch.Tensor, static) -> None:
+    key = storage_key(out)
+    if i > 0 and key == storage_key(x):
+        raise ChainError(
+            f"{where(i, chain.names[i])}: a layer's output must be a new tensor, got a view "
+            "or an in-place result of its input (a Flatten, an in-place ReLU or an Identity "
+            "as a layer of its own); merge it into the layer before"
+        )
+    if key in static:
+        raise ChainError(
+            f"{where(i, chain.names[i])}: a layer's output must be a new tensor, got a "
+            "parameter, a buffer or the batch"
+        )
 
 
 def _identity(t: torch.Tensor) -> torch.Tensor:
@@ -192,41 +215,51 @@ class _Counts:
     """What the counting step measured, per layer."""
 
     def __init__(self, n: int) -> None:
+        self.out = [0] * n
         self.saved = [0] * n
+        self.saves_input = [False] * n
+        self.saves_output = [False] * n
+        self.input_grad = [0] * n
+        self.param_grad = [0] * n
         self.fwd_work = [0] * n
         self.bwd_work = [0] * n
         self.shapes: list[tuple[tuple[int, ...], str]] = []
-
-
-def _check_device(chain: Chain, device: torch.device) -> None:
-    for name, p in chain.named_parameters():
-        if p.device != device and not (p.device.type == device.type and device.index is None):
-            raise ValueError(
-                f"chain: parameter {name} must be on {device}, got {p.device}; "
-                "call chain.to(device) first"
-            )
+        self.seed = 0  # the gradient backward() seeds the loss with
 
 
 def _source(
-    device: torch.device, iterations: int, warmup: int, link_note: str, static_note: str
+    device: torch.device,
+    iterations: int,
+    warmup: int,
+    link_note: str,
+    static_note: str,
+    grads_to_none: bool,
 ) -> str:
     cuda = device.type == "cuda"
-    where = torch.cuda.get_device_name(device) if cuda else "CPU"
+    where_ = torch.cuda.get_device_name(device) if cuda else "CPU"
+    grads = (
+        f"{GRADS_TO_NONE_NOTE}: each layer's are param_grad_bytes"
+        if grads_to_none
+        else "parameter gradients kept and zeroed in place: in static_bytes"
+    )
     return (
-        f"MEASURED by planopt.runtime.profile on {where} ({device}), torch {torch.__version__}: "
+        f"MEASURED by planopt.runtime.profile on {where_} ({device}), torch {torch.__version__}: "
         f"per-layer median of {iterations} training steps after {warmup} warm-up "
         f"({'CUDA events' if cuda else 'time.perf_counter; CPU operators are synchronous'}; "
         "backward steps timed between autograd hooks; loss fused into the last layer). "
-        "saved_bytes: distinct storages each layer's autograd saves plus its output, counted "
-        "with saved_tensors_hooks; a storage read by two layers' backward counts in each "
-        "(the cost model's s_i is what B_i reads). "
+        "Products (cost model v2): every storage autograd saves during a layer's forward, "
+        "seen with saved_tensors_hooks, classified as its input, its output or an internal; "
+        "each storage counted once. "
         + (
-            "Scratch: CUDA caching-allocator peaks beyond the model's tensors (backward adds "
-            "the incoming gradient). "
+            "Scratch and gradients: CUDA caching-allocator counters (sizes rounded to its "
+            "512-byte blocks); static also holds what the allocator holds besides the "
+            "model's tensors as a step starts (cuBLAS workspaces). "
             if cuda
-            else "Scratch: not measurable on CPU, given as 0 (unknown). "
+            else "Scratch and gradients: the live-storage tracker "
+            "(planopt.runtime.tracker, a TorchDispatchMode). "
         )
-        + f"Static: parameters, gradients, buffers, batch; {static_note}. Link: {link_note}."
+        + f"Static: parameters, buffers, batch, {static_note}, the loss and its seed gradient "
+        f"(held by the caller through the backward); {grads}. Link: {link_note}."
     )
 
 
@@ -240,6 +273,7 @@ def profile(
     warmup: int = 3,
     link: Device | None = None,
     optimizer: torch.optim.Optimizer | None = None,
+    grads_to_none: bool = False,
     name: str = "chain",
     progress: bool | None = None,
 ) -> Profile:
@@ -247,7 +281,10 @@ def profile(
 
     `device` defaults to where the chain's parameters are; the batch is moved
     there. `link` is the host link (required on CPU; measured on CUDA when
-    omitted). `progress`: a tqdm bar on stderr (None: only on a terminal).
+    omitted). `grads_to_none`: gradients are set to None between steps (as
+    `optimizer.zero_grad()` does by default; the model then over-predicts,
+    see the README); False (default): they are kept and zeroed in place.
+    `progress`: a tqdm bar on stderr (None: only on a terminal).
     """
     if not isinstance(chain, Chain):
         raise TypeError(f"chain must be a planopt.runtime.Chain, got {type(chain).__name__}")
@@ -259,7 +296,7 @@ def profile(
     if device is None:
         device = next((p.device for p in chain.parameters()), x.device)
     device = torch.device(device)
-    _check_device(chain, device)
+    check_device(chain, device)
     x, y = x.to(device), y.to(device)
     cuda = device.type == "cuda"
     if link is None:
@@ -274,7 +311,7 @@ def profile(
         link_note = f"given by the caller ({link.name})"
 
     run = _Run(chain, x, y, loss_fn)
-    clock = _Clock(device)
+    clock = Clock(device)
     n = len(chain)
     fwd: list[list[float]] = [[] for _ in range(n)]
     bwd: list[list[float]] = [[] for _ in range(n)]
@@ -285,34 +322,50 @@ def profile(
         disable=None if progress is None else not progress,
         leave=False,
     )
-    with _restored(chain, device), bar:
-        _zero_grads(chain)
+    with restored(chain, device), bar:
         for _ in range(warmup):
+            prepare_grads(chain, grads_to_none)
             run.timed(clock)
-            _zero_grads(chain)
             bar.update()
-        counts = run.counted(device)
-        _zero_grads(chain)
+        prepare_grads(chain, grads_to_none)
+        # CUDA: what the allocator holds besides the model's tensors (cuBLAS
+        # workspaces made by the warm-up, anything else on the device) is
+        # resident too; on CPU the tracker sees only the model's tensors.
+        resident = torch.cuda.memory_allocated(device) if cuda else 0
+        counts = _counting_step(run, chain, device, (x, y), optimizer)
         bar.update()
         for _ in range(iterations):
+            prepare_grads(chain, grads_to_none)
             f, b = run.timed(clock)
-            _zero_grads(chain)
             for i in range(n):
                 fwd[i].append(f[i])
                 bwd[i].append(b[i])
             bar.update()
-        static = static_bytes(chain, (x, y), optimizer)
+        prepare_grads(chain, grads_to_none)
+        static = static_bytes(
+            chain,
+            (x, y),
+            optimizer,
+            grads=not grads_to_none,
+            resident=resident,
+            loss_bytes=counts.out[n - 1] + counts.seed,
+        )
 
     layers = []
     for i in range(n):
         sig = chain.signatures[i]
         shape, dtype = counts.shapes[i]
         layers.append(
-            Layer.v1(
+            Layer(
                 name=chain.names[i],
                 fwd=statistics.median(fwd[i]),
                 bwd=statistics.median(bwd[i]),
+                out_bytes=counts.out[i],
                 saved_bytes=counts.saved[i],
+                saves_input=counts.saves_input[i],
+                saves_output=counts.saves_output[i],
+                input_grad_bytes=counts.input_grad[i],
+                param_grad_bytes=counts.param_grad[i],
                 fwd_work_bytes=counts.fwd_work[i],
                 bwd_work_bytes=counts.bwd_work[i],
                 signature=None if sig is None else f"{sig}|in={dtype}{list(shape)}",
@@ -323,5 +376,18 @@ def profile(
         device=link,
         static_bytes=static.total,
         layers=tuple(layers),
-        source=_source(device, iterations, warmup, link_note, static.note),
+        source=_source(device, iterations, warmup, link_note, static.note, grads_to_none),
     )
+
+
+def _counting_step(run: _Run, chain: Chain, device, batch, optimizer) -> _Counts:
+    """The counting step under the device's memory probe (allocator or tracker)."""
+    tracker = LiveMemory(device.type)
+    tracker.track_model(chain, batch, optimizer)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        probe: MemoryProbe = AllocatorProbe(device)
+    else:
+        probe = TrackerProbe(tracker)
+    with tracker:
+        return run.counted(probe, tracker)

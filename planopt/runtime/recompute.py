@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from planopt.errors import PlanoptError
+from planopt.runtime.tracker import host_memory
 
 
 class RecomputeError(PlanoptError, RuntimeError):
@@ -77,7 +78,10 @@ def replay(state: ForwardState) -> Iterator[None]:
 def buffers_unchanged(modules: Sequence[nn.Module]) -> Iterator[None]:
     """Undo in-place buffer updates (batch-norm statistics) made inside the block."""
     buffers = [b for m in modules for b in m.buffers()]
-    saved = [b.detach().clone() for b in buffers]
+    # The snapshot is the executor's bookkeeping, kept in host memory (on CPU
+    # the same RAM, filed as host memory so it is not taken for the model's).
+    with host_memory():
+        saved = [b.detach().to("cpu", copy=True) for b in buffers]
     try:
         yield
     finally:

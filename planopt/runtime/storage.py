@@ -1,24 +1,19 @@
-"""What a layer's saved tensor `s_i` is, in PyTorch terms, and how it is counted.
+"""What a layer's products are, in PyTorch terms: storages, classified once.
 
-NOTE (the runtime's `s_i`): the spec's `s_i` is what layer `i`'s backward
-reads, and also what a recomputation starting after layer `i` needs. In
-PyTorch that is:
+NOTE (v2's products in PyTorch): while layer `i`'s forward runs, every
+tensor autograd saves (seen with `torch.autograd.graph.saved_tensors_hooks`)
+is counted by its storage, each storage once, and classified:
 
-* every tensor autograd saves while layer `i`'s forward runs (seen with
-  `torch.autograd.graph.saved_tensors_hooks`), and
-* the layer's output `a_i`, the base of a recomputation of layer `i+1`;
+* the storage of the layer's input `x_i` (`saves_input`): layer `i-1`'s
+  output, never counted again here;
+* the storage of the layer's output `x_{i+1}` (`saves_output`);
+* a static storage (parameters, buffers, the batch): in `static_bytes`;
+* any other storage: one of the layer's internals (`saved_bytes`).
 
-counted by storage, each distinct storage once, minus static storages
-(parameters, buffers, the batch), which are in `static_bytes`.
-
-A storage read by two layers is in both: a ReLU's output is saved by the ReLU
-and, as its input, by the next convolution. The spec lets those two layers
-keep, swap or recompute independently (B_{i+1} runs before the ReLU's
-copy back with `prefetch_at = i`), so an executor that follows it exactly must
-treat them as two saved tensors; counting such a storage once would make the
-plan physically impossible for some actions. While both memberships are on
-the device the storage exists once, so measured memory is at most the
-predicted one. The profiler states that bytes figure in the profile's source.
+A view or an in-place result keeps its storage, so it keeps its class: a
+saved `x.view(...)` of the input is the input, an in-place ReLU's result on
+an internal is that internal. The output is one storage with its readers,
+counted once (`out_bytes`), however many layers' backward read it.
 """
 
 from __future__ import annotations
@@ -28,9 +23,11 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
+from planopt.runtime.tracker import device_nbytes
+
 # Storage identity: the data pointer of the untyped storage. Safe as a key
-# while the storage is referenced, which is the case for every storage a
-# `SavedSet` holds (the set keeps a reference to one tensor over it).
+# while the storage is referenced, which is the case wherever a key is kept
+# (the holder keeps a tensor over the storage alive).
 
 
 def storage_key(t: torch.Tensor) -> int:
@@ -38,7 +35,8 @@ def storage_key(t: torch.Tensor) -> int:
 
 
 def storage_nbytes(t: torch.Tensor) -> int:
-    return t.untyped_storage().nbytes()
+    """Device bytes of `t`'s storage (CUDA: rounded up to the allocator's blocks)."""
+    return device_nbytes(t.untyped_storage())
 
 
 def plain(t: torch.Tensor) -> torch.Tensor:
@@ -59,42 +57,6 @@ def static_keys(chain: nn.Module, tensors: Iterable[torch.Tensor | None]) -> fro
     return frozenset(keys)
 
 
-class SavedSet:
-    """The distinct non-static storages of one layer, in first-seen order.
-
-    `add` returns the slot of the storage (new or already present) or None
-    for a static or empty storage; it keeps one tensor per storage so the
-    storage stays alive (and its key valid) while the set holds it.
-    """
-
-    __slots__ = ("keys", "nbytes", "slots", "static")
-
-    def __init__(self, static: frozenset[int]) -> None:
-        self.static = static
-        self.keys: dict[int, int] = {}
-        self.slots: list[torch.Tensor] = []
-        self.nbytes = 0
-
-    def add(self, t: torch.Tensor) -> tuple[int, int] | None:
-        """`(slot, new bytes)` for a counted storage, None for a static or empty one."""
-        storage = t.untyped_storage()
-        key = storage.data_ptr()
-        if key == 0 or key in self.static:
-            return None
-        slot = self.keys.get(key)
-        if slot is not None:
-            return slot, 0
-        nbytes = storage.nbytes()
-        slot = len(self.slots)
-        self.keys[key] = slot
-        self.slots.append(plain(t))
-        self.nbytes += nbytes
-        return slot, nbytes
-
-    def __len__(self) -> int:
-        return len(self.slots)
-
-
 def byte_view(t: torch.Tensor) -> torch.Tensor:
     """The whole storage of `t` as a flat uint8 tensor (what a swap copies)."""
     return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
@@ -107,7 +69,7 @@ def view_on(buffer: torch.Tensor, like: TensorMeta) -> torch.Tensor:
 
 
 class TensorMeta:
-    """Where a saved tensor sits in its storage: enough to rebuild it after a swap."""
+    """Where a saved tensor sits in its storage: enough to rebuild it over a copy."""
 
     __slots__ = ("dtype", "offset", "size", "stride")
 
@@ -125,3 +87,69 @@ def tensor_nbytes(tensors: Iterable[torch.Tensor]) -> int:
         seen.setdefault(storage_key(t), storage_nbytes(t))
     seen.pop(0, None)
     return sum(seen.values())
+
+
+class Saves:
+    """What one layer's forward saved, by storage, classified at its end (module doc).
+
+    `add` during the forward; `classify(output)` at its end gives
+    `saves_input`, `saves_output` and the internals (first-seen order).
+    `foreign` lists storages that are none of the four classes: created
+    before this forward by someone other than the layer below (a module's
+    cache); the profiler refuses them.
+    """
+
+    __slots__ = (
+        "foreign",
+        "input_key",
+        "internals",
+        "known",
+        "order",
+        "out_key",
+        "saves_input",
+        "saves_output",
+        "static",
+        "tensors",
+    )
+
+    def __init__(self, static: frozenset[int], input_key: int, known: frozenset[int]) -> None:
+        self.static = static
+        self.input_key = input_key
+        self.known = known  # storages that existed before this forward
+        self.order: list[int] = []
+        self.tensors: dict[int, torch.Tensor] = {}
+        self.saves_input = False
+        self.saves_output = False
+        self.out_key = 0
+        self.internals: list[int] = []
+        self.foreign: list[int] = []
+
+    def add(self, t: torch.Tensor) -> int | None:
+        """Record a saved tensor; its storage key, or None for a static or empty one."""
+        key = storage_key(t)
+        if key == 0 or key in self.static:
+            return None
+        if key == self.input_key:
+            self.saves_input = True
+            return key
+        if key not in self.tensors:
+            self.order.append(key)
+            self.tensors[key] = plain(t)
+        return key
+
+    def classify(self, output: torch.Tensor) -> None:
+        self.out_key = storage_key(output)
+        for key in self.order:
+            if key == self.out_key:
+                self.saves_output = True
+            elif key in self.known:
+                self.foreign.append(key)
+            else:
+                self.internals.append(key)
+
+    def internal_bytes(self) -> int:
+        return sum(storage_nbytes(self.tensors[k]) for k in self.internals)
+
+    def release(self) -> None:
+        """Drop the references held for classification."""
+        self.tensors.clear()

@@ -10,7 +10,10 @@ Two engines with one interface:
   until the copy stream is done with it, which is the spec's "freed at the
   later of the end of its copy out and the end of F_{i+1}".
 * `SyncCopies`: any other device (CPU): the same calls, copies to ordinary
-  host tensors that end when the call returns, no streams, no events.
+  host tensors that end when the call returns, no streams, no events. The
+  host tensors are allocated inside `tracker.host_memory()`: on CPU they
+  are the same RAM, but they stand for the host side of a swap, which the
+  cost model does not count as device memory.
 
 `copy_engine(device)` picks one; only `CudaCopies` touches `torch.cuda`, and it
 refuses to start without CUDA.
@@ -23,6 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
+
+from planopt.runtime.tracker import host_memory
 
 
 @dataclass(slots=True)
@@ -57,7 +62,11 @@ class SyncCopies:
     streams = False
 
     def copy_out(self, views: list[torch.Tensor]) -> HostCopy:
-        return HostCopy([torch.empty(v.numel(), dtype=torch.uint8).copy_(v) for v in views])
+        with host_memory():  # host memory, though on CPU it is the same RAM
+            hosts = [torch.empty(v.numel(), dtype=torch.uint8) for v in views]
+        for host, view in zip(hosts, views, strict=True):
+            host.copy_(view)
+        return HostCopy(hosts)
 
     def copy_back(self, copy: HostCopy, device: torch.device) -> DeviceCopy:
         buffers = [torch.empty(h.numel(), dtype=torch.uint8, device=device) for h in copy.hosts]
@@ -140,6 +149,12 @@ class CudaCopies:
                 buf.copy_(host, non_blocking=True)
             done = torch.cuda.Event()
             done.record(self.h2d)
+        # Allocated on the copy stream, used on the compute stream: the
+        # allocator must not reuse the blocks before the compute work that
+        # reads them is done, whenever the readers drop them.
+        compute = torch.cuda.current_stream(self.device)
+        for buf in buffers:
+            buf.record_stream(compute)
         return DeviceCopy(buffers, done, nbytes=sum(b.numel() for b in buffers))
 
     def wait_out(self, copy: HostCopy) -> None:
@@ -148,12 +163,7 @@ class CudaCopies:
     def wait_back(self, copy: DeviceCopy) -> None:
         if copy.waited:
             return
-        compute = torch.cuda.current_stream(self.device)
-        compute.wait_event(copy.done)
-        # Allocated on the copy stream, used on the compute stream: the
-        # allocator must not reuse the blocks before the compute work is done.
-        for buf in copy.buffers:
-            buf.record_stream(compute)
+        torch.cuda.current_stream(self.device).wait_event(copy.done)
         copy.waited = True
 
     def release(self, copy: HostCopy, back: DeviceCopy | None) -> None:

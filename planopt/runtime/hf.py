@@ -1,0 +1,162 @@
+"""Hugging Face `transformers` models as chains (the `models` extra), built from a config.
+
+No weights are downloaded: each model is built from a small config with
+random weights, which is all a memory and time profile needs. The chain
+cuts the model where its own forward does: an embedding prefix, one layer
+per decoder block, the final norm and the vocabulary head as a suffix.
+Attention runs through `sdpa` (causal when no mask is given).
+
+    ref = hf_model("gpt2", "tiny")        # a ReferenceModel, like reference_model(...)
+    prof = profile(ref.chain, ref.batch(), ref.loss_fn, link=...)
+
+`HF_MODELS` lists the families; `hf_available()` says whether
+`transformers` imports.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+from torch import nn
+
+from planopt.runtime.chain import Chain
+from planopt.runtime.models import ReferenceModel, lm_loss
+
+HF_MODELS = ("gpt2", "llama")
+
+_CONFIGS: dict[str, dict[str, dict]] = {
+    "gpt2": {
+        "tiny": dict(vocab=97, d=32, heads=2, layers=2, seq=16, batch=2),
+        "small": dict(vocab=512, d=128, heads=4, layers=4, seq=64, batch=8),
+    },
+    "llama": {
+        "tiny": dict(vocab=97, d=32, heads=4, kv_heads=2, layers=2, seq=16, batch=2),
+        "small": dict(vocab=512, d=128, heads=4, kv_heads=2, layers=4, seq=64, batch=8),
+    },
+}
+
+
+def hf_available() -> bool:
+    """Whether `transformers` is installed (the `models` extra)."""
+    return importlib.util.find_spec("transformers") is not None
+
+
+class _Gpt2Embed(nn.Module):
+    def __init__(self, wte: nn.Module, wpe: nn.Module, drop: nn.Module) -> None:
+        super().__init__()
+        self.wte, self.wpe, self.drop = wte, wpe, drop
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        return self.drop(self.wte(ids) + self.wpe(positions))
+
+
+class _Block(nn.Module):
+    """A decoder block called as its model calls it, without cache or mask."""
+
+    def __init__(self, block: nn.Module, rotary: nn.Module | None = None) -> None:
+        super().__init__()
+        self.block = block
+        self.rotary = rotary
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        if self.rotary is None:
+            out = self.block(h, use_cache=False)
+        else:
+            positions = torch.arange(h.shape[1], device=h.device)[None]
+            out = self.block(
+                h,
+                position_ids=positions,
+                position_embeddings=self.rotary(h, positions),
+                use_cache=False,
+            )
+        return out[0] if isinstance(out, tuple) else out
+
+
+class _Head(nn.Module):
+    def __init__(self, norm: nn.Module, head: nn.Module) -> None:
+        super().__init__()
+        self.norm, self.head = norm, head
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.head(self.norm(h))
+
+
+def _gpt2(vocab: int, d: int, heads: int, layers: int, seq: int) -> Chain:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(
+        vocab_size=vocab,
+        n_embd=d,
+        n_head=heads,
+        n_layer=layers,
+        n_positions=seq,
+        bos_token_id=None,
+        eos_token_id=None,
+    )
+    config._attn_implementation = "sdpa"
+    model = GPT2LMHeadModel(config)
+    body = model.transformer
+    blocks = [_Block(b) for b in body.h]
+    return Chain.from_blocks(
+        blocks,
+        prefix=_Gpt2Embed(body.wte, body.wpe, body.drop),
+        suffix=_Head(body.ln_f, model.lm_head),
+        block_signature=f"gpt2-block(d={d},heads={heads},seq={seq})",
+        prefix_name="embed",
+        suffix_name="head",
+    )
+
+
+def _llama(vocab: int, d: int, heads: int, kv_heads: int, layers: int, seq: int) -> Chain:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=d,
+        intermediate_size=4 * d,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        num_hidden_layers=layers,
+        max_position_embeddings=seq,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+    )
+    config._attn_implementation = "sdpa"
+    model = LlamaForCausalLM(config)
+    body = model.model
+    blocks = [_Block(b, body.rotary_emb) for b in body.layers]
+    return Chain.from_blocks(
+        blocks,
+        prefix=body.embed_tokens,
+        suffix=_Head(body.norm, model.lm_head),
+        block_signature=f"llama-block(d={d},heads={heads},kv={kv_heads},seq={seq})",
+        prefix_name="embed",
+        suffix_name="head",
+    )
+
+
+def hf_model(name: str, size: str = "tiny", *, seed: int = 0) -> ReferenceModel:
+    """One of `HF_MODELS` at `tiny` or `small`, random weights from `seed`."""
+    if name not in _CONFIGS:
+        raise ValueError(f"model must be one of {', '.join(HF_MODELS)}, got {name!r}")
+    if size not in _CONFIGS[name]:
+        raise ValueError(f"size must be one of {', '.join(_CONFIGS[name])}, got {size!r}")
+    if not hf_available():
+        raise ImportError(
+            "hf_model: needs the transformers package (pip install 'planopt[models]')"
+        )
+    cfg = dict(_CONFIGS[name][size])
+    batch = cfg.pop("batch")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        chain = _gpt2(**cfg) if name == "gpt2" else _llama(**cfg)
+    vocab, seq = cfg["vocab"], cfg["seq"]
+
+    def make(gen: torch.Generator, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        ids = torch.randint(vocab, (b, seq + 1), generator=gen)
+        return ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
+
+    return ReferenceModel(f"hf-{name}", size, chain, lm_loss, batch, make)

@@ -1,0 +1,77 @@
+"""A plan checked against its chain and indexed for the executor's step.
+
+`check_plan` refuses a plan made for another chain or profile; `StepPlan`
+holds what the step looks up: the recompute runs and the backward step of
+each block, which outputs have a backward reader (what a swap copies), the
+copies back each step issues and the forwards that wait for a copy out.
+"""
+
+from __future__ import annotations
+
+from planopt.errors import InvalidPlanError, ProfileMismatchError, where
+from planopt.plan import RECOMPUTE, SWAP, Plan
+from planopt.profile import Profile
+from planopt.runtime.chain import Chain
+from planopt.simulate import Scorer
+
+
+def check_plan(chain: Chain, plan: Plan, profile: Profile | None) -> None:
+    """Refuse a plan that was not made for this chain (and this profile)."""
+    n = len(chain)
+    if len(plan) != n:
+        raise InvalidPlanError(f"plan: must have one entry per chain layer ({n}), got {len(plan)}")
+    if profile is not None:
+        if not isinstance(profile, Profile):
+            raise TypeError(f"profile must be a planopt.Profile, got {type(profile).__name__}")
+        plan.check(profile)
+        for i, (mine, theirs) in enumerate(zip(profile.names, chain.names, strict=True)):
+            if mine != theirs:
+                raise ProfileMismatchError(
+                    f"{where(i, theirs)}: profile layer name must match the chain, got "
+                    f"{mine!r}; the profile was measured on another model"
+                )
+    elif plan.profile is not None:
+        raise ProfileMismatchError(
+            f"plan: was made for profile {plan.profile}; pass profile= (the profile it was "
+            "solved for) so the executor can check it belongs to this chain"
+        )
+    if plan.names:
+        for i, (mine, theirs) in enumerate(zip(plan.names, chain.names, strict=True)):
+            if mine is not None and mine != theirs:
+                raise InvalidPlanError(
+                    f"{where(i, theirs)}: name must match the chain, got {mine!r}"
+                )
+
+
+class StepPlan:
+    """The plan, indexed for the step: runs and their block steps, readers, waits, prefetches."""
+
+    def __init__(self, plan: Plan, profile: Profile | None) -> None:
+        n = len(plan)
+        self.actions = plan.actions
+        self.trivial = not any(a is SWAP or a is RECOMPUTE for a in plan.actions)
+        if profile is None:
+            # keep-all: no layer needs to know who reads what.
+            self.block_at: dict[int, tuple[int, int]] = {}
+            self.out_read = [True] * n
+            self.reads_back: list[list[int]] = [[] for _ in range(n)]
+        else:
+            scorer = Scorer(profile)
+            runs = scorer.runs(plan.actions)
+            self.block_at = runs.block_at  # backward step u -> run (first, top)
+            self.out_read = runs.out_read
+            self.reads_back = [scorer.reads_back(t, plan.actions) for t in range(n)]
+        self.run_starts = {first for first, _ in self.block_at.values()}
+        self.bases = {first - 1 for first in self.run_starts if first > 0}
+        self.saves_output = (
+            [True] * n if profile is None else [layer.saves_output for layer in profile.layers]
+        )
+        self.waiters: dict[int, list[int]] = {}
+        self.prefetch: dict[int, list[int]] = {}
+        for i in range(n):
+            if plan.actions[i] is SWAP:
+                self.prefetch.setdefault(plan.prefetch_at[i], []).append(i)
+                if plan.swap_wait[i] is not None:
+                    self.waiters.setdefault(plan.swap_wait[i], []).append(i)
+        for layers in self.prefetch.values():
+            layers.sort(reverse=True)  # spec: higher layer index first

@@ -1,0 +1,81 @@
+"""Around a training step: gradients as a step starts, and a model left as it was found.
+
+The profiler, `measure` and `check` run real training steps on the user's
+model; these helpers make every step start alike (gradients set to None,
+or kept and zeroed in place) and undo what the steps change.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+
+def prepare_grads(chain: torch.nn.Module, grads_to_none: bool) -> None:
+    """Gradients as a step starts: None, or allocated and zeroed in place (static)."""
+    for p in chain.parameters():
+        if grads_to_none:
+            p.grad = None
+        elif p.grad is not None:
+            p.grad.zero_()
+        elif p.requires_grad:
+            p.grad = torch.zeros_like(p)
+
+
+@contextlib.contextmanager
+def restored(chain: nn.Module, device: torch.device) -> Iterator[None]:
+    """Undo what training steps change: RNG, buffers, gradients."""
+    cuda = device.type == "cuda" and torch.cuda.is_available()
+    cpu_rng = torch.get_rng_state()
+    cuda_rng = torch.cuda.get_rng_state(device) if cuda else None
+    buffers = [(b, b.detach().clone()) for b in chain.buffers()]
+    grads = [(p, None if p.grad is None else p.grad.detach().clone()) for p in chain.parameters()]
+    try:
+        yield
+    finally:
+        torch.set_rng_state(cpu_rng)
+        if cuda:
+            torch.cuda.set_rng_state(cuda_rng, device)
+        with torch.no_grad():
+            for buf, value in buffers:
+                buf.copy_(value)
+        for p, grad in grads:
+            p.grad = grad
+
+
+class Clock:
+    """Marks on the compute stream: CUDA events on a GPU, perf_counter elsewhere."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.device = device
+
+    def mark(self) -> object:
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record(torch.cuda.current_stream(self.device))
+            return event
+        return time.perf_counter()
+
+    def sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+    def seconds(self, start: object, end: object) -> float:
+        if self.cuda:
+            return max(0.0, start.elapsed_time(end) / 1000.0)
+        return max(0.0, end - start)
+
+
+def check_device(chain: nn.Module, device: torch.device) -> None:
+    """Refuse a chain whose parameters are not on `device`."""
+    for name, p in chain.named_parameters():
+        if p.device != device and not (p.device.type == device.type and device.index is None):
+            raise ValueError(
+                f"chain: parameter {name} must be on {device}, got {p.device}; "
+                "call chain.to(device) first"
+            )
