@@ -36,6 +36,7 @@ from solvers.remat.chain import NEG, ChainModel
 
 PRICES = 24  # geometric grid of prices, plus 0
 FINE = 16  # prices of the fine grid between the coarse best's neighbours
+DIRECT_WINDOW = 64  # windows shorter than this are read row by row
 NEIGHBOURS = 2  # prices each side of the root's best that the labels are tested with
 
 
@@ -50,18 +51,27 @@ def price_grid(model: ChainModel) -> np.ndarray:
 
 
 class _WindowMax:
-    """Maximum of row vectors over index windows; rows are added from the top down."""
+    """Maximum of row vectors over index windows; rows are added from the top down.
+
+    Short windows read the rows directly; long chains also keep a sparse
+    table (level `p`, row `t`: the maximum of rows `t .. t + 2^p - 1`), so a
+    window of any length costs two lookups.
+    """
 
     def __init__(self, size: int, width: int) -> None:
-        self.levels = max(1, int(size).bit_length())
-        self.table = np.full((self.levels, size + 1, width), -np.inf)
+        self.rows = np.full((size + 1, width), -np.inf)  # row `size`: padding
+        self.levels = max(1, int(size).bit_length()) if size > DIRECT_WINDOW else 1
+        self.table = np.full((self.levels, size + 1, width), -np.inf) if self.levels > 1 else None
         self.size = size
 
     def add(self, t: int, row: np.ndarray) -> None:
         """Set row `t`; every row above `t` must already be set."""
+        self.rows[t] = row
         table = self.table
+        if table is None:
+            return
         table[0, t] = row
-        top = self.size  # the padding row (-inf)
+        top = self.size
         for p in range(1, self.levels):
             half = 1 << (p - 1)
             table[p, t] = np.maximum(
@@ -71,7 +81,9 @@ class _WindowMax:
     def query(self, lo: int, hi: int) -> np.ndarray:
         """Row-wise max over `lo .. hi` (inclusive; -inf rows when empty)."""
         if lo > hi:
-            return self.table[0, self.size]
+            return self.rows[self.size]
+        if self.table is None or hi - lo < DIRECT_WINDOW:
+            return self.rows[lo : hi + 1].max(axis=0)
         p = (hi - lo + 1).bit_length() - 1
         return np.maximum(self.table[p, lo], self.table[p, hi - (1 << p) + 1])
 
@@ -93,8 +105,9 @@ class CompletionBound:
         coarse = price_grid(model)
         self._sweep(coarse)
         best = self._best_price()
-        if 0 < best < len(coarse) - 1:
-            fine = np.geomspace(coarse[best - 1], coarse[best + 1], FINE)
+        if best > 0:  # (at price 0 the relaxation does not use the memory constraint)
+            ratio = coarse[2] / coarse[1]
+            fine = np.geomspace(coarse[best] / ratio, coarse[best] * ratio, FINE)
             self._sweep(np.concatenate(([0.0], fine)))
             best = self._best_price()
         # The labels are tested with the root's best price, its neighbours and 0

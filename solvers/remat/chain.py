@@ -63,6 +63,8 @@ from planopt.profile import Profile
 
 NEG = -(1 << 62)  # "no op of positive duration here"
 _MAX_TOTAL = 1 << 60  # every sum of bytes stays exact in int64
+# Chains up to this long get every far edge's cost in one table (`table=` forces it).
+TABLE_LAYERS = 512
 
 
 class SparseMax:
@@ -112,7 +114,7 @@ class ChainModel:
     adds to `H`.
     """
 
-    def __init__(self, profile: Profile) -> None:
+    def __init__(self, profile: Profile, *, table: bool | None = None) -> None:
         layers = profile.layers
         n = self.n = len(layers)
         total = sum(
@@ -186,6 +188,9 @@ class ChainModel:
         self._kb = SparseMax(self.kb)
         self._kq = SparseMax(self.kq)
         self._kf = SparseMax(self.kf)
+        self._table = None
+        if table if table is not None else n <= TABLE_LAYERS:
+            self._table = self._cost_table()
         self.near_cost = self._near_costs()
         self.last_cost = self.costs_at_top(n - 1)
 
@@ -205,8 +210,44 @@ class ChainModel:
         out[a] = np.maximum(fwd, bwd)
         return out
 
+    def _cost_table(self) -> np.ndarray:
+        """`c(k, t)` of every far edge at once (row `k + 1`, column `t`; NEG elsewhere).
+
+        The same terms as `_window_costs`, as running maxima along each row of
+        an `(L+1) x L` matrix: a few dozen numpy calls in all instead of a few
+        per window, which is what short chains spend their time on.
+        """
+        n = self.n
+        rows = np.arange(n + 1)[:, None]
+        cols = np.arange(n)[None, :]
+        far = cols >= rows  # t >= k + 1
+        x = np.minimum(np.arange(n + 1), n - 1)
+        base = self.base[:, None]
+        rk = self.r_below[:, None]
+        pa = np.where(self.pa[x] > NEG, self.base + self.pa[x], NEG)[:, None]
+        ext = np.full(n, NEG, dtype=np.int64)
+        ext[: n - 1] = self.kf[1:]  # F_{t+1}
+        kf = np.maximum.accumulate(np.where(far, ext[None, :], NEG), axis=1)
+        fwd = np.maximum(pa, np.where(kf > NEG, kf + base, NEG))
+        kb = np.maximum.accumulate(np.where(far, self.kb[None, :], NEG), axis=1)
+        bwd = np.where(kb > NEG, kb - rk, NEG)
+        kq = np.maximum.accumulate(np.where(cols >= rows + 1, self.kq[None, :], NEG), axis=1)
+        inner = np.maximum(pa, np.where(kq > NEG, kq - rk, NEG))
+        block = np.where(inner > NEG, inner + self.above[None, :], NEG)
+        after, before = self.top_after[None, :], self.top_before[None, :]
+        top = np.maximum(
+            np.where(after > NEG, after - rk, NEG), np.where(before > NEG, before + base, NEG)
+        )
+        costs = np.maximum(np.maximum(fwd, bwd), np.maximum(block, top))
+        return np.where(far, costs, NEG)
+
     def far_costs(self, k: int, t0: int, t1: int) -> np.ndarray:
         """`c(k, t)` for run tops `t = t0 .. t1` (`k+1 <= t0 <= t1 <= L-1`)."""
+        if self._table is not None:
+            return self._table[k + 1, t0 : t1 + 1]
+        return self._window_costs(k, t0, t1)
+
+    def _window_costs(self, k: int, t0: int, t1: int) -> np.ndarray:
         n = self.n
         a = k + 1
         base = int(self.base[a])
