@@ -9,6 +9,7 @@ does not read version 2 yet).
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 
@@ -129,7 +130,7 @@ def test_zero_duration_ops_are_never_a_peak_but_what_they_keep_counts():
 def _budgets(scores) -> list[int]:
     peaks = sorted({peak for _, peak, _ in scores})
     out = set(peaks) | {peaks[0] - 1} | {p + 1 for p in peaks}
-    out |= {(a + b) // 2 for a, b in zip(peaks, peaks[1:], strict=False)}
+    out |= {(a + b) // 2 for a, b in itertools.pairwise(peaks)}
     return sorted(b for b in out if b >= 0)
 
 
