@@ -83,3 +83,23 @@ def _output(profile, cert: Certificate, detail: str) -> SolverOutput:
 def remat_dp(problem: Problem) -> SolverOutput:
     """The fastest keep/recompute plan within the budget, proven optimal (see the module doc)."""
     return solve_certified(problem)[0]
+
+
+def seed_joint(problem: Problem, *, share: float = 0.25) -> tuple[Plan, float] | None:
+    """The recompute-only optimum as a warm start and upper bound for the joint search.
+
+    NOTE (for `exact` and `blocks`; not wired here while the exact model is
+    being restructured). Every keep/recompute plan is a joint plan, so its
+    makespan bounds the joint optimum from above: hand the plan to the
+    back-end as a hint (`warm_start=`) and cap its objective there. Given
+    `share` of the work and time left; returns `(plan, makespan)`, or None
+    when no keep/recompute plan fits or the share ran out first. It is not a
+    registered starter: on transformer chains of 300-600 layers it takes
+    seconds (experiments/results/remat_dp.md), more than a starter may.
+    """
+    left = problem.time_left()
+    part = problem.share(share, seconds=None if left is None else share * left)
+    out = remat_dp(part)
+    if out.plan is None:
+        return None
+    return out.plan, problem.scorer.score_plan(out.plan)[0]

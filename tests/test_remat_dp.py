@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import planopt
 from planopt import Status
-from planopt.budget import keep_all_peak
+from planopt.budget import keep_all_peak, min_budget, space_min_budget
 from planopt.plan import SWAP, Plan
 from planopt.problem import Problem
 from planopt.profile import Device, Layer, Profile
@@ -27,7 +27,7 @@ from solvers.brute_force import enumerate_raw
 from solvers.remat.certify import certify
 from solvers.remat.chain import ChainModel
 from solvers.remat.minpeak import min_peak
-from solvers.remat_dp import solve_certified
+from solvers.remat_dp import seed_joint, solve_certified
 
 REL = 1e-9
 DEVICE = Device("dev", 1024.0, 1024.0, 0.0)
@@ -311,4 +311,51 @@ def test_times_make_no_difference_to_the_peak_only_zero_does():
         planopt.simulate(scaled, Plan.build(b.plan.actions, profile=scaled)).makespan,
         7.0 * planopt.simulate(base, a.plan).makespan,
         rel_tol=1e-12,
+    )
+
+
+# -- the spaces' minimum budgets -----------------------------------------------------------
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(v2_chains(max_layers=4))
+def test_each_space_reports_its_own_minimum_budget(profile):
+    flags = tuple(layer.saves_input for layer in profile.layers)
+    score = planopt.Scorer(profile).score
+    peaks = {"joint": [], "recompute-only": [], "swap-only": []}
+    for raw in enumerate_raw(len(profile.layers), with_swap_wait=True, saves_input=flags):
+        peak = score(*raw)[1]
+        peaks["joint"].append(peak)
+        if SWAP not in raw[0]:
+            peaks["recompute-only"].append(peak)
+        if "recompute" not in {str(a) for a in raw[0]}:
+            peaks["swap-only"].append(peak)
+    for space, found in peaks.items():
+        smallest = min(found)
+        got = space_min_budget(profile, space)
+        assert got.value <= smallest <= got.upper, space
+        if got.exact:
+            assert got.value == smallest == got.upper, space
+    assert space_min_budget(profile, "recompute-only").exact
+    assert space_min_budget(profile, "joint").value == min_budget(profile)
+
+
+def test_an_unknown_space_is_refused():
+    with pytest.raises(planopt.PlanoptError, match="space must be one of"):
+        space_min_budget(_synthetic(3), "fixed")
+
+
+def test_the_joint_seed_is_the_recompute_only_optimum_and_bounds_the_joint_search():
+    profile = _synthetic(40)
+    budget = planopt.budget_from_fraction(profile, 0.5)
+    plan, makespan = seed_joint(Problem(profile, budget, 0))
+    assert makespan == pytest.approx(planopt.solve(profile, budget, "remat-dp").makespan)
+    assert planopt.simulate(profile, plan, budget).feasible
+    greedy = planopt.solve(profile, budget, "greedy")
+    assert greedy.makespan >= makespan * (1 - 1e-12) or any(
+        str(a) == "swap" for a in greedy.plan.actions
+    )
+    assert (
+        seed_joint(Problem(profile, space_min_budget(profile, "recompute-only").value - 1, 0))
+        is None
     )

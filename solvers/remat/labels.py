@@ -35,10 +35,12 @@ from solvers.remat.chain import ChainModel
 FIRST_WINDOW = 16  # tops per window at first; doubled while the scan goes on
 MAX_WINDOW = 1024
 # Work units (about a second of one core each, see planopt.work) charged per
-# label looked at and per window of tops costed; measured on the synthetic
-# chains (about 0.1 us per label, 20 us per window with numpy's overheads).
-WORK_PER_LABEL = 1e-7
-WORK_PER_WINDOW = 2e-5
+# label on a front, per label generated along an edge, and per window of tops
+# costed (numpy's call overheads); fitted to the synthetic chains from 1,000
+# to 10,000 layers on the reference machine (2 cores, loaded).
+WORK_PER_LABEL = 3e-7
+WORK_PER_CANDIDATE = 3e-7
+WORK_PER_WINDOW = 3e-5
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,7 @@ class LabelSearch:
                 costs = model.far_costs(k, t0, t1)
                 counts = np.searchsorted(h, room - costs, side="right")
                 total = int(counts.sum())
+                charge(total * WORK_PER_CANDIDATE)
                 if total:
                     tops = np.repeat(np.arange(t0, t1 + 1), counts)
                     starts = np.cumsum(counts) - counts

@@ -56,7 +56,7 @@ def solve_room(
     """The plan saving the most forward time whose peak is at most `static + room`."""
     if room < model.pg_total:
         return Optimum(None, True, -np.inf, 0, None)
-    bound = CompletionBound(model, room)
+    bound = CompletionBound(model, room, charge)
     upper = bound.root()
     if upper == -np.inf:  # not even the relaxation fits
         return Optimum(None, True, upper, 0, None)
