@@ -43,6 +43,7 @@ from solvers.remat.chain import NEG, ChainModel
 PRICES = 24  # geometric grid of prices, plus 0
 TWIN = 1e-7  # relative step of the twin price that measures the bound's slope
 REFINE_SPAN = 1.05  # the second refinement's grid spans this factor each side
+SHORT_CHAIN = 128  # chains this short skip the second refinement (a third of the bound's time)
 # Multiples of the root's best price the labels are tested with: a label far
 # from the optimum's path is cut by a price far from the root's (1,000-layer
 # chain: 11 prices over 0.7-1.3 kept fronts of 72 labels, 5 over 0.99-1.01: 185).
@@ -119,7 +120,7 @@ class CompletionBound:
         # tangents either side of it (the bound is convex and piecewise linear in
         # the price); the labels are tested with prices around it, and 0.
         best = self._refine(price_grid(model))
-        if best > 0:
+        if best > 0 and self.n > SHORT_CHAIN:  # short chains: fronts are small anyway
             best = self._refine(best * np.geomspace(1 / REFINE_SPAN, REFINE_SPAN, 9))
         self._sweep(np.concatenate(([0.0], best * LABEL_PRICES)) if best > 0 else np.zeros(1))
         self.use = np.arange(len(self.prices))
@@ -201,7 +202,7 @@ class CompletionBound:
     def bound(self, x: int | np.ndarray, held: np.ndarray) -> np.ndarray:
         """Bound per label at node index `x` (`k + 1`; an array: one per label)."""
         slack = (self.room - held).astype(np.float64)
-        priced = np.min(slack[:, None] * self._prices[None, :] + self._g[x], axis=1)
+        priced = (slack[:, None] * self._prices[None, :] + self._g[x]).min(axis=1)
         return np.maximum(priced, self.free[x])
 
     def window(self, k: int, t0: int, held: np.ndarray, value: np.ndarray) -> float:
@@ -213,7 +214,7 @@ class CompletionBound:
         best = self._x.query(t0, hi)
         width = len(self.prices)
         slack = (self.room - held - int(self.model.base[k + 1])).astype(np.float64)
-        priced = np.min(slack[:, None] * self._prices[None, :] + best[self.use], axis=1)
+        priced = (slack[:, None] * self._prices[None, :] + best[self.use]).min(axis=1)
         return float(np.max(value + np.maximum(priced, best[width])))
 
     def root(self) -> float:

@@ -241,6 +241,11 @@ class ChainModel:
         costs = np.maximum(np.maximum(fwd, bwd), np.maximum(block, top))
         return np.where(far, costs, NEG)
 
+    @property
+    def tabled(self) -> bool:
+        """Whether every far edge's cost is in one table (short chains)."""
+        return self._table is not None
+
     def far_costs(self, k: int, t0: int, t1: int) -> np.ndarray:
         """`c(k, t)` for run tops `t = t0 .. t1` (`k+1 <= t0 <= t1 <= L-1`)."""
         if self._table is not None:

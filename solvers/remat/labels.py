@@ -144,10 +144,11 @@ class LabelSearch:
                 if count:
                     finals.append((v[:count], index[:count], x))
             held = h + int(model.base[x])
-            t0, width = k + 1, FIRST_WINDOW
+            # Short chains have every cost in a table: one window, no stopping test.
+            t0, width = k + 1, (n if model.tabled else FIRST_WINDOW)
             last = min(top, n - 2)
             while t0 <= last:
-                if bound.window(k, t0, h, v) < floor:
+                if not model.tabled and bound.window(k, t0, h, v) < floor:
                     break
                 t1 = min(t0 + width - 1, last)
                 charge(WORK_PER_WINDOW)
