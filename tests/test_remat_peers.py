@@ -69,3 +69,23 @@ def test_the_comparison_chain_is_the_published_one():
     assert [x.bwd for x in chain.layers] == pytest.approx([2 * x.fwd for x in chain.layers])
     assert [x.out_bytes for x in chain.layers] == [(64 + 16 * (i % 4)) * mib for i in range(8)]
     assert chain.is_v1 and planopt.keep_all_peak(chain) > 0
+
+
+def test_the_benchmark_summary_says_where_the_dp_overtakes_rotor():
+    from experiments.remat_dp import Timed, _summary
+
+    def row(n, ours, theirs):
+        rotor = None if theirs is None else Timed("optimal", theirs)
+        return (0.5, n, Timed("optimal", ours), None, rotor)
+
+    rows = [
+        row(16, 0.003, 0.0002),
+        row(64, 0.009, 0.013),
+        row(100, 0.02, 0.07),
+        row(1000, 0.3, None),
+    ]
+    text = _summary(rows)
+    assert "1,000-layer chain in 300 ms" in text
+    assert "from 64 layers at 50%" in text
+    rows.insert(2, row(80, 0.05, 0.01))  # slower again at 80: only from 100 on
+    assert "from 100 layers at 50%" in _summary(rows)
