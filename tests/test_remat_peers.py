@@ -89,3 +89,16 @@ def test_the_benchmark_summary_says_where_the_dp_overtakes_rotor():
     assert "from 64 layers at 50%" in text
     rows.insert(2, row(80, 0.05, 0.01))  # slower again at 80: only from 100 on
     assert "from 100 layers at 50%" in _summary(rows)
+
+
+def test_the_nesting_study_concludes_from_its_rows():
+    from experiments.remat_nested import _conclusion
+
+    rows = {0.5: (0.10, 0.12, None, "optimal"), 0.3: (0.2, None, None, "infeasible")}
+    results = [
+        {"name": "a", "n": 9, "rows": rows, "nested_min": 0.04, "once_min": 0.14},
+        {"name": "b", "n": 9, "skipped": "too long"},
+    ]
+    text = _conclusion([0.5, 0.3], results)
+    assert "at most 1.8% (a at 50%)" in text  # (0.12 - 0.10) / 1.12
+    assert "a 14% → 4%" in text
