@@ -126,17 +126,20 @@ def _summary(rows) -> str:
         slower = [n for n, ours, theirs in timed if ours >= theirs]
         faster = [n for n, ours, theirs in timed if ours < theirs and n > max(slower, default=0)]
         if faster:
-            faster_from.append(f"{min(faster)} layers at {fraction:.0%}")
+            faster_from.append((min(faster), f"{fraction:.0%}"))
     parts = []
     if thousand:
-        parts.append(
-            f"remat-dp proves the 1,000-layer chain in {_seconds(min(thousand))} to "
-            f"{_seconds(max(thousand))}"
-        )
+        low, high = _seconds(min(thousand)), _seconds(max(thousand))
+        span = low if low == high else f"{low} to {high}"
+        parts.append(f"remat-dp proves the 1,000-layer chain in {span}")
     if faster_from:
+        if len({n for n, _ in faster_from}) == 1:
+            where = f"from {faster_from[0][0]} layers on at every budget"
+        else:
+            where = "from " + ", ".join(f"{n} layers on at {f}" for n, f in faster_from)
         parts.append(
-            "it is faster than Rotor's C DP from " + " and from ".join(faster_from) + " on "
-            "(below, Rotor's C takes a millisecond or less where this Python takes a few)"
+            f"it is faster than Rotor's C DP {where} (below, Rotor's C takes a "
+            "millisecond or less where this Python takes a few)"
         )
     return ("; ".join(parts) + ".") if parts else ""
 

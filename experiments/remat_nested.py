@@ -121,10 +121,11 @@ def _conclusion(fractions, results) -> str:
             widened.append(f"{r['name']} {r['once_min']:.0%} → {r['nested_min']:.0%}")
     if gains:
         gain, name, fraction = max(gains)
-        said = (
-            f"Where both spaces have a plan ({len(gains)} net-budget pairs), nesting lowers "
-            f"the makespan by at most {gain:.1%} ({name} at {fraction:.0%})."
-        )
+        said = f"Where both spaces have a plan ({len(gains)} net-budget pairs), nesting lowers "
+        if gain < 0.0005:
+            said += "no makespan (by less than 0.05% at every one)."
+        else:
+            said += f"the makespan by at most {gain:.1%} ({name} at {fraction:.0%})."
     else:
         said = "No budget had a plan in both spaces."
     if widened:

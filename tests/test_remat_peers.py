@@ -86,9 +86,11 @@ def test_the_benchmark_summary_says_where_the_dp_overtakes_rotor():
     ]
     text = _summary(rows)
     assert "1,000-layer chain in 300 ms" in text
-    assert "from 64 layers at 50%" in text
+    assert "from 64 layers on at every budget" in text
     rows.insert(2, row(80, 0.05, 0.01))  # slower again at 80: only from 100 on
-    assert "from 100 layers at 50%" in _summary(rows)
+    assert "from 100 layers on at every budget" in _summary(rows)
+    rows.append((0.3, 200, Timed("optimal", 0.1), None, Timed("optimal", 1.0)))
+    assert "from 200 layers on at 30%, 100 layers on at 50%" in _summary(rows)
 
 
 def test_the_nesting_study_concludes_from_its_rows():
@@ -102,3 +104,5 @@ def test_the_nesting_study_concludes_from_its_rows():
     text = _conclusion([0.5, 0.3], results)
     assert "at most 1.8% (a at 50%)" in text  # (0.12 - 0.10) / 1.12
     assert "a 14% → 4%" in text
+    rows[0.5] = (0.12, 0.12, None, "optimal")
+    assert "lowers no makespan" in _conclusion([0.5, 0.3], results)
