@@ -359,3 +359,41 @@ def test_the_joint_seed_is_the_recompute_only_optimum_and_bounds_the_joint_searc
         seed_joint(Problem(profile, space_min_budget(profile, "recompute-only").value - 1, 0))
         is None
     )
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_cost_table_and_the_windows_agree(seed):
+    """Short chains read every edge's cost from one table, long ones compute windows."""
+    from solvers.remat.optimum import solve_room
+
+    rng = random.Random(seed)
+    layers = []
+    for i in range(rng.randint(30, 60)):
+        kind = rng.choice(sorted(KINDS))
+        saves_in, saves_out, internals, params = KINDS[kind]
+        layers.append(
+            Layer(
+                f"{kind}{i}",
+                rng.choice([0.0, 0.25, 1.0, 2.0]),
+                rng.choice([0.0, 0.5, 2.0]),
+                out_bytes=rng.randint(0, 90),
+                saved_bytes=rng.randint(1, 40) if internals else 0,
+                saves_input=saves_in,
+                saves_output=saves_out,
+                input_grad_bytes=layers[-1].out_bytes if i else 0,
+                param_grad_bytes=rng.randint(0, 20) if params else 0,
+                fwd_work_bytes=rng.choice([0, 0, 30]),
+                bwd_work_bytes=rng.choice([0, 0, 45]),
+            )
+        )
+    profile = Profile(f"mid{seed}", DEVICE, 10, tuple(layers))
+    table, windows = ChainModel(profile, table=True), ChainModel(profile, table=False)
+    n = len(layers)
+    for k in range(-1, n - 1):
+        assert (table.far_costs(k, k + 1, n - 1) == windows.far_costs(k, k + 1, n - 1)).all()
+    room = (keep_all_peak(profile) - profile.static_bytes) // 2
+    a, b = solve_room(table, room), solve_room(windows, room)
+    assert a.proven and b.proven
+    assert (a.found is None) == (b.found is None)
+    if a.found is not None:
+        assert a.found.saved == pytest.approx(b.found.saved, rel=1e-12)
