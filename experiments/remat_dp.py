@@ -21,6 +21,9 @@ other, on the same chains:
   table of `(slots + 1) (L + 1)^2` cells fits the solver's int index;
 * Checkmate's MILP is not run: Checkmate is not on PyPI.
 
+A last table solves the bundled nets at the same budgets (`--no-bundled`
+skips it), with the recompute-only space's own minimum budget.
+
 The three model memory differently (Rotor in whole units with the input and
 output always resident, and nested recomputation allowed), so compare times
 to proof, not makespans; the makespan column is this package's optimum.
@@ -38,13 +41,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import planopt
+from planopt.budget import space_min_budget
+from planopt.bundled import bundled_profile, bundled_profile_names
 from planopt.profile import Device, Layer, Profile
 
 from . import peers
 
 RESULTS = Path(__file__).parent / "results"
 LENGTHS = (16, 32, 64, 100, 200, 400, 1000, 2000, 5000, 10000)
-FRACTIONS = (0.5, 0.3)
+FRACTIONS = (0.5, 0.3, 0.2)
 MIB = 2**20
 
 
@@ -152,6 +157,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--mip-max", type=int, default=64)
     parser.add_argument("--rotor-max", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-bundled", action="store_true", help="skip the bundled nets")
     parser.add_argument("--output", type=Path, default=RESULTS / "remat_dp.md")
     args = parser.parse_args(argv)
     rows = []
@@ -165,10 +171,28 @@ def main(argv: list[str] | None = None) -> None:
             rotor = time_rotor(profile, budget) if n <= args.rotor_max else None
             rows.append((fraction, n, dp, mip, rotor))
             print(fraction, n, dp, mip, rotor, flush=True)
-    write(args, rows)
+    nets = []
+    for name in [] if args.no_bundled else bundled_profile_names():
+        profile = bundled_profile(name)
+        minimum = time_min_budget(profile)
+        cells = [
+            time_dp(profile, planopt.budget_from_fraction(profile, f), 1) for f in args.fractions
+        ]
+        nets.append((name, len(profile.layers), minimum, cells))
+        print(name, minimum, cells, flush=True)
+    write(args, rows, nets)
 
 
-def write(args, rows) -> None:
+def time_min_budget(profile: Profile) -> tuple[float, float]:
+    """(the recompute-only space's minimum budget as a fraction of keep-all, seconds)."""
+    start = time.perf_counter()
+    value = space_min_budget(profile, "recompute-only").value
+    seconds = time.perf_counter() - start
+    keep_all = planopt.keep_all_peak(profile)
+    return (value - profile.static_bytes) / (keep_all - profile.static_bytes), seconds
+
+
+def write(args, rows, nets=()) -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
     lines = [
         "# remat-dp: time to a proven recompute-only optimum",
@@ -203,6 +227,29 @@ def write(args, rows) -> None:
             lines.append(
                 f"| {n} | {_cell(dp)} | {overhead} | {_cell(mip, args.mip_limit)} | "
                 f"{_cell(rotor)} |"
+            )
+        lines.append("")
+    if nets:
+        head = " | ".join(f"{f:.0%}" for f in args.fractions)
+        lines += [
+            "## The bundled nets (measured and roofline profiles, read as cost model v2)",
+            "",
+            "remat-dp's time to proof (one run each) and the overhead of its optimum; "
+            "'infeasible' below the space's minimum budget, itself proven by the same "
+            "segments (`space_min_budget(profile, 'recompute-only')`, its time in brackets).",
+            "",
+            f"| net | L | recompute-only min budget | {head} |",
+            "|---|---:|---|" + "---|" * len(args.fractions),
+        ]
+        for name, n, (minimum, seconds), cells in nets:
+            parts = [
+                f"{_cell(c)}, {c.overhead:.1%}" if c.overhead is not None else _cell(c)
+                for c in cells
+            ]
+            lines.append(
+                f"| {name} | {n} | {minimum:.1%} ({_seconds(seconds)}) | "
+                + " | ".join(parts)
+                + " |"
             )
         lines.append("")
     args.output.write_text("\n".join(lines), encoding="utf-8")
