@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 
@@ -240,3 +241,45 @@ def parse_budget_fraction(text: str) -> float:
     raise BudgetError(
         f"budget must be a percentage of keep-all activation memory (50%), got {show(text)}"
     )
+
+
+@dataclass(frozen=True)
+class SpaceMinimum:
+    """The smallest budget a plan of one space can meet.
+
+    `value` is that minimum when `exact`, else a proven lower bound on it;
+    `upper` is the peak of the best plan of the space found (a budget it
+    certainly meets; equal to `value` when exact).
+    """
+
+    space: str
+    value: int
+    exact: bool
+    upper: int
+
+
+def space_min_budget(profile: Profile, space: str = "joint") -> SpaceMinimum:
+    """The minimum budget of a plan space: `joint`, `recompute-only` or `swap-only`.
+
+    `recompute-only` is exact for every profile (the smallest peak of any
+    keep/recompute plan, found by `solvers.remat`'s DP). `joint` and
+    `swap-only` are exact where a plan of the space meets `memory_lower_bound`
+    (the minimum-memory plan, and for `joint` also the recompute-only
+    minimum); otherwise `value` is that bound and `upper` the best plan's
+    peak. `min_budget(profile)` is unchanged: the joint space's lower bound.
+    """
+    from planopt.simulate import Scorer
+
+    if space not in ("joint", "recompute-only", "swap-only"):
+        raise BudgetError(f"space must be one of joint, recompute-only, swap-only, got {space!r}")
+    if space == "recompute-only" or space == "joint":
+        from solvers.remat.chain import ChainModel
+        from solvers.remat.minpeak import min_peak
+
+        recompute = min_peak(ChainModel(profile)).peak
+        if space == "recompute-only":
+            return SpaceMinimum(space, recompute, True, recompute)
+    bound = memory_lower_bound(profile)
+    swap = Scorer(profile).score_plan(min_memory_plan(profile))[1]
+    upper = swap if space == "swap-only" else min(swap, recompute)
+    return SpaceMinimum(space, upper if upper == bound else bound, upper == bound, upper)

@@ -75,6 +75,13 @@ METHODS: tuple[dict, ...] = (
         "requires": _ORTOOLS,
     },
     {
+        "name": "remat-dp",
+        "target": "solvers.remat_dp:remat_dp",
+        "summary": "optimal keep/recompute plan by dynamic programming (exact bytes, any profile)",
+        "space": "recompute-only",
+        "role": "exact",
+    },
+    {
         "name": "swap-only",
         "target": "solvers.exact:swap_only",
         "summary": "optimal keep/swap plan (the space vDNN and SwapAdvisor decide)",

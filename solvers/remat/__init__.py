@@ -1,0 +1,13 @@
+"""The recompute-only space solved exactly by dynamic programming over kept layers.
+
+* `chain`: the theorem. A keep/recompute plan's peak, cut into segments
+  (a kept layer and the run above it) whose memory is `H + c(k, t)`; exact
+  for every v2 profile, zero durations included.
+* `bounds`: the Lagrangian bound on what the layers above can still save.
+* `labels`: the exact Pareto-label search over kept layers, pruned by it.
+* `optimum`: targets, searches and the proof at one budget.
+* `minpeak`: the space's minimum budget (the smallest peak of any plan).
+* `certify`: what a solve proves, in a form the tests check independently.
+
+The registered method is `solvers.remat_dp` ("remat-dp").
+"""

@@ -1,0 +1,96 @@
+"""The recompute-only optimum at one budget: bound, target, search, proof.
+
+NOTE (targets). A search drops every label whose bound is below its target
+(see `labels`); the nearer the target to the optimum, the fewer labels it
+looks at. The first target is the root bound less the largest forward of
+one layer (the Lagrangian bound of a knapsack is within one item's value of
+its optimum; on the synthetic chains the root bound was 1.0 ms above the
+optimum at 1,000 layers). A search that reaches its target has proven its
+plan optimal; one that finds a plan below its target is run once more with
+that plan's value as target (then it is exact). One that finds nothing
+first asks whether any plan fits (`minpeak`, exact), then doubles the
+distance below the bound (a failed search costs less the nearer its target
+is to the bound; GPT-24 at 30%: 1.5 s at one largest forward below, 2.4 s
+at two, where the optimum was), down to no target at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from solvers.remat.bounds import CompletionBound
+from solvers.remat.chain import ChainModel
+from solvers.remat.labels import Found, LabelSearch, SearchStats
+from solvers.remat.minpeak import MinPeak, min_peak
+
+ROUNDS = 6  # lowered targets tried before the last search, which has none
+
+
+@dataclass(frozen=True)
+class Optimum:
+    """What the DP proved at one budget.
+
+    `found` is the best plan (None: none fits, or the limit came first);
+    `proven` says it is optimal (or, with no plan, that none fits);
+    `upper` bounds the forward time any plan can save (the root bound, or
+    the optimum itself once proven); `minimum` is the space's smallest
+    peak where it was computed (to prove that nothing fits).
+    """
+
+    found: Found | None
+    proven: bool
+    upper: float
+    searches: int
+    stats: SearchStats | None
+    minimum: MinPeak | None = None
+
+
+def solve_room(
+    model: ChainModel,
+    room: int,
+    *,
+    charge: Callable[[float], None] = lambda units: None,
+    expired: Callable[[], bool] = lambda: False,
+) -> Optimum:
+    """The plan saving the most forward time whose peak is at most `static + room`."""
+    if room < model.pg_total:
+        return Optimum(None, True, -np.inf, 0, None)
+    bound = CompletionBound(model, room, charge)
+    upper = bound.root()
+    if upper == -np.inf:  # not even the relaxation fits
+        return Optimum(None, True, upper, 0, None)
+    search = LabelSearch(model, room, bound)
+    total = float(model.fwd.sum())
+    tol = 1e-9 * max(total, 1e-300)
+    step = float(model.fwd.max(initial=0.0))
+    minimum: MinPeak | None = None
+    searches = 0
+
+    def run(target: float):
+        nonlocal searches
+        searches += 1
+        return search.run(target, tol=tol, charge=charge, expired=expired)
+
+    for round_ in range(ROUNDS + 1):
+        target = -np.inf if round_ == ROUNDS else upper - step
+        found, stats = run(target)
+        if stats.stopped:
+            return Optimum(found, False, upper, searches, stats, minimum)
+        if found is not None:
+            if found.saved >= target - tol:
+                return Optimum(found, True, found.saved, searches, stats, minimum)
+            # A plan below the target: the search with its value as target is exact.
+            again, stats = run(found.saved)
+            best = again if again is not None and again.saved > found.saved else found
+            return Optimum(best, not stats.stopped, best.saved, searches, stats, minimum)
+        if minimum is None:
+            minimum = min_peak(model, charge=charge, expired=expired)
+            if not minimum.proven:
+                return Optimum(None, False, upper, searches, stats, minimum)
+            if minimum.peak > model.static + room:
+                return Optimum(None, True, -np.inf, searches, stats, minimum)
+        step *= 2
+    raise AssertionError("the search without a target finds a plan whenever one fits")

@@ -1,0 +1,105 @@
+"""Method "remat-dp": the proven-optimal keep/recompute plan, by dynamic programming.
+
+The space PyTorch's activation checkpointing, Checkmate and Rotor decide,
+under cost model v2 in exact bytes, for every profile the spec allows
+(`solvers.remat` holds the theorem, the bound and the search). Its plan is
+also an upper bound on the joint optimum: `seed_joint` hands it to the
+joint exact methods as a warm start (see its note).
+"""
+
+from __future__ import annotations
+
+import math
+
+from planopt.plan import Plan
+from planopt.problem import Problem
+from planopt.result import SolverOutput, Status
+from solvers.remat.certify import Certificate, certify
+from solvers.remat.chain import ChainModel
+from solvers.remat.minpeak import min_peak
+from solvers.remat.optimum import solve_room
+
+
+def solve_certified(problem: Problem) -> tuple[SolverOutput, Certificate | None]:
+    """The method's answer and, when it has a plan, the certificate behind it."""
+    profile = problem.profile
+    model = ChainModel(profile)
+    room = math.floor(problem.budget) - profile.static_bytes
+    charge, expired = problem.meter.charge, problem.expired
+    everything = tuple(range(model.n))
+    if model.peak(list(everything)) - profile.static_bytes <= room:
+        cert = certify(model, everything, proven=True, upper_saved=float(model.fwd.sum()))
+        return _output(profile, cert, "keep-all fits: optimal without a search"), cert
+    result = solve_room(model, max(room, -1), charge=charge, expired=expired)
+    if result.found is None:
+        if not result.proven:
+            return SolverOutput(
+                None,
+                Status.TIMEOUT,
+                message="remat-dp: the limit came before any plan was proven to fit",
+                stopped=True,
+            ), None
+        minimum = result.minimum or min_peak(model, charge=charge, expired=expired)
+        need = f"{minimum.peak} bytes" if minimum.proven else f"more than {minimum.lower} bytes"
+        return SolverOutput(
+            None,
+            Status.INFEASIBLE,
+            message=(
+                f"remat-dp: no keep/recompute plan fits the budget {problem.budget:.0f} bytes: "
+                f"the recompute-only space needs at least {need} (swaps may still fit)"
+            ),
+        ), None
+    low = result.minimum.peak if result.minimum and result.minimum.proven else None
+    cert = certify(
+        model, result.found.kept, proven=result.proven, upper_saved=result.upper, min_budget=low
+    )
+    stats = result.stats
+    detail = (
+        f"{stats.labels} labels, widest front {stats.widest}, {result.searches} search(es)"
+        if stats
+        else "no search"
+    )
+    return _output(profile, cert, detail), cert
+
+
+def _output(profile, cert: Certificate, detail: str) -> SolverOutput:
+    plan = Plan.build(
+        [("keep" if i in set(cert.kept) else "recompute") for i in range(len(profile.layers))],
+        profile=profile,
+    )
+    if cert.proven:
+        return SolverOutput(
+            plan, Status.OPTIMAL, cert.makespan, message=f"remat-dp: proven optimal ({detail})"
+        )
+    return SolverOutput(
+        plan,
+        Status.FEASIBLE,
+        cert.lower_makespan,
+        message=f"remat-dp: best plan when the limit came ({detail})",
+        stopped=True,
+    )
+
+
+def remat_dp(problem: Problem) -> SolverOutput:
+    """The fastest keep/recompute plan within the budget, proven optimal (see the module doc)."""
+    return solve_certified(problem)[0]
+
+
+def seed_joint(problem: Problem, *, share: float = 0.25) -> tuple[Plan, float] | None:
+    """The recompute-only optimum as a warm start and upper bound for the joint search.
+
+    NOTE (for `exact` and `blocks`; not wired here while the exact model is
+    being restructured). Every keep/recompute plan is a joint plan, so its
+    makespan bounds the joint optimum from above: hand the plan to the
+    back-end as a hint (`warm_start=`) and cap its objective there. Given
+    `share` of the work and time left; returns `(plan, makespan)`, or None
+    when no keep/recompute plan fits or the share ran out first. It is not a
+    registered starter: on transformer chains of 300-600 layers it takes
+    seconds (experiments/results/remat_dp.md), more than a starter may.
+    """
+    left = problem.time_left()
+    part = problem.share(share, seconds=None if left is None else share * left)
+    out = remat_dp(part)
+    if out.plan is None:
+        return None
+    return out.plan, problem.scorer.score_plan(out.plan)[0]
