@@ -27,8 +27,13 @@ plan must obey:
   bound valid.
 
 Any plan's actions satisfy all of these, so the program's optimum (or the
-MIP solver's proven bound under a time limit, or the LP bound when
+MIP solver's proven bound under a time or work limit, or the LP bound when
 `relax=True`) is at most the true optimum.
+
+Units: `solvers.model`'s policy, time in linear units and memory in units
+of the largest saved tensor. A work limit stops HiGHS at a point its
+work counter fixes (`solvers.backends.highs`), so a work-limited bound is
+the same on any machine.
 """
 
 from __future__ import annotations
@@ -39,7 +44,9 @@ import pulp
 
 from planopt.errors import require_v1
 from planopt.profile import Profile
-from solvers.highs import solve_with_highs
+from planopt.work import WorkMeter
+from solvers.backends.highs import solve_with_highs
+from solvers.model.units import horizon_seconds, linear_memory, time_scale
 
 
 def relaxation_bound(
@@ -47,28 +54,31 @@ def relaxation_bound(
     budget: float,
     *,
     time_limit: float | None = None,
+    work_limit: float | None = None,
     relax: bool = False,
     threads: int = 1,
+    meter: WorkMeter | None = None,
 ) -> float | None:
-    """A proven lower bound in seconds, or None if even the relaxation cannot fit `budget`."""
+    """A proven lower bound in seconds, or None if even the relaxation cannot fit `budget`.
+
+    `meter`, when given, is charged the solver's work (not the building).
+    """
     require_v1(profile, "the relaxation bound")
     layers = profile.layers
     n = len(layers)
     dev = profile.device
-    # NOTE: rows mix bytes (~1e9) and seconds (~1e-3); unscaled, HiGHS's
-    # absolute tolerances returned "optima" above a feasible plan's makespan.
-    # Time is in units of T_ideal and memory in units of the largest tensor.
-    copies = [dev.d2h_seconds(x.product_bytes) + dev.h2d_seconds(x.product_bytes) for x in layers]
-    t_unit = max(profile.t_ideal, *copies)
-    if not t_unit > 1e-200:  # nothing takes time: the bound is T_ideal itself
+    if not horizon_seconds(profile) > 0:  # nothing takes time: the bound is T_ideal itself
         return profile.t_ideal
-    m_unit = float(max([1, *(layer.product_bytes for layer in layers)]))
-    cap = (budget - profile.static_bytes) / m_unit
-    f = [layer.fwd / t_unit for layer in layers]
-    b = [layer.bwd / t_unit for layer in layers]
-    s = [layer.product_bytes / m_unit for layer in layers]
-    d_out = [dev.d2h_seconds(layer.product_bytes) / t_unit for layer in layers]
-    d_in = [dev.h2d_seconds(layer.product_bytes) / t_unit for layer in layers]
+    times = time_scale(profile)
+    t_unit = times.from_linear(1.0)  # seconds per linear unit
+    memory = linear_memory(profile)
+    cap = memory.capacity(budget, profile.static_bytes)
+    m_unit = memory.unit
+    f = [times.linear(layer.fwd) for layer in layers]
+    b = [times.linear(layer.bwd) for layer in layers]
+    s = [memory.units(layer.product_bytes) for layer in layers]
+    d_out = [times.linear(dev.d2h_seconds(layer.product_bytes)) for layer in layers]
+    d_in = [times.linear(dev.h2d_seconds(layer.product_bytes)) for layer in layers]
     forward_total = math.fsum(f)
     f_end = [math.fsum(f[: i + 1]) for i in range(n)]
     b_upto = [math.fsum(b[: i + 1]) for i in range(n)]
@@ -78,7 +88,7 @@ def relaxation_bound(
     keep = [pulp.LpVariable(f"k{i}", 0, 1, cat) for i in range(n)]
     swap = [pulp.LpVariable(f"w{i}", 0, 1, cat) for i in range(n)]
     rec = [pulp.LpVariable(f"r{i}", 0, 1, cat) for i in range(n)]
-    makespan = pulp.LpVariable("T", lowBound=profile.t_ideal / t_unit)
+    makespan = pulp.LpVariable("T", lowBound=times.linear(profile.t_ideal))
     prob += makespan
     for i in range(n):
         prob += keep[i] + swap[i] + rec[i] == 1
@@ -131,20 +141,21 @@ def relaxation_bound(
         if layer.fwd > 0 and i == 0:
             # F_0's check has no decision in it: a constant, which PuLP refuses
             # as a constraint (and compares without tolerance).
-            if s[0] + layer.fwd_work_bytes / m_unit > cap * (1 + 1e-12) + 1e-12:
+            if s[0] + memory.units(layer.fwd_work_bytes) > cap * (1 + 1e-12) + 1e-12:
                 return None
         elif layer.fwd > 0:
             held = _still_held(
                 prob, f"R{i}", swapped_below, i - 1, out_rate, _fwd_gap(f_end, stall, i)
             )
-            prob += (
-                kept_below[i - 1] + held + s[i - 1] + s[i] + layer.fwd_work_bytes / m_unit <= cap
-            )
+            scratch = memory.units(layer.fwd_work_bytes)
+            prob += kept_below[i - 1] + held + s[i - 1] + s[i] + scratch <= cap
         if layer.bwd > 0:
             held = _still_held(prob, f"Q{i}", swapped_below, i, in_rate, _bwd_gap(b_upto, extra, i))
-            prob += kept_below[i] + held + s[i] + layer.bwd_work_bytes / m_unit <= cap
+            prob += kept_below[i] + held + s[i] + memory.units(layer.bwd_work_bytes) <= cap
 
-    solve_with_highs(prob, timeLimit=time_limit, threads=threads)
+    solver = solve_with_highs(prob, work_limit=work_limit, timeLimit=time_limit, threads=threads)
+    if meter is not None:
+        meter.charge(solver.work(prob))
     status = pulp.LpStatus[prob.status]
     if status == "Infeasible":
         return None
@@ -165,7 +176,7 @@ def relaxation_bound(
             bound = None
     if bound is None:
         return profile.t_ideal
-    return max(profile.t_ideal, bound * t_unit * (1 - 1e-7))
+    return max(profile.t_ideal, times.from_linear(bound) * (1 - 1e-7))
 
 
 def _window_starts(top: int, n: int) -> list[int]:
