@@ -48,6 +48,10 @@ from planopt.work import WorkMeter
 from solvers.backends.highs import solve_with_highs
 from solvers.model.units import horizon_seconds, linear_memory, time_scale
 
+# Building the program in PuLP costs about this many work units per layer
+# (about 3 ms a layer on GPT-48/96, measured), whatever the solve's limit.
+BUILD_UNITS_PER_LAYER = 3e-3
+
 
 def relaxation_bound(
     profile: Profile,
@@ -61,7 +65,8 @@ def relaxation_bound(
 ) -> float | None:
     """A proven lower bound in seconds, or None if even the relaxation cannot fit `budget`.
 
-    `meter`, when given, is charged the solver's work (not the building).
+    `meter`, when given, is charged the work: building (`BUILD_UNITS_PER_LAYER`)
+    and solving.
     """
     require_v1(profile, "the relaxation bound")
     layers = profile.layers
@@ -155,7 +160,7 @@ def relaxation_bound(
 
     solver = solve_with_highs(prob, work_limit=work_limit, timeLimit=time_limit, threads=threads)
     if meter is not None:
-        meter.charge(solver.work(prob))
+        meter.charge(BUILD_UNITS_PER_LAYER * n + solver.work(prob))
     status = pulp.LpStatus[prob.status]
     if status == "Infeasible":
         return None
