@@ -44,6 +44,7 @@ from solvers.backends import Backend
 from solvers.exact_search import (
     OPTIMALITY_GAP,
     add_objective_floor,
+    affordable,
     charge_model,
     finish,
     probe_relaxation_bound,
@@ -161,7 +162,7 @@ def _recompute_only_start(
     is the same plan); a joint search stopped early returned 18.3% over
     T_ideal there, where this start alone gives 16.6%.
     """
-    if problem.expired():
+    if problem.expired() or not affordable(problem, backend, problem.n, can_swap=False):
         return []
     form = build(problem.profile, problem.budget, actions=(KEEP, RECOMPUTE), with_swap_wait=False)
     charge_model(problem, form)
@@ -283,6 +284,8 @@ def solve_exact(
         )
     if problem.expired():
         return _stopped(incumbent, relaxed, "the limit was reached")
+    if not affordable(problem, record, problem.n, can_swap=SWAP in actions):
+        return _stopped(incumbent, relaxed, "the limit leaves too little to build the model")
 
     form = build(problem.profile, problem.budget, actions=actions, with_swap_wait=with_swap_wait)
     charge_model(problem, form)

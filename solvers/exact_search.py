@@ -22,9 +22,10 @@ from solvers.model import Formulation, Linear, var
 # tolerances, and model time is rounded to ~1e-9 of the horizon per
 # operation). Tests compare optima at 1e-6.
 OPTIMALITY_GAP = 5e-7
-# Building the plan model and translating it for a back-end, per variable and
-# constraint (measured on the reference machine, see docs/solvers.md).
-MODEL_UNITS_PER_ITEM = 2e-5
+# Building the plan model, per variable and constraint (3.1e-6-5.7e-6 measured
+# at 40-160 layers on the reference machine); translating it for a back-end
+# is charged at the back-end's own rate (`Backend.translate_units`).
+BUILD_UNITS_PER_ITEM = 5e-6
 # Before the slices the back-end is asked for a plan at the relaxation's bound
 # (`probe_relaxation_bound`), for PROBE_SHARE of the work left, at most PROBE_WORK
 # units (0: no probe).
@@ -55,9 +56,25 @@ def work_share(problem: Problem, fraction: float, cap: float | None) -> float | 
 
 
 def charge_model(problem: Problem, form: Formulation) -> None:
-    """Charge building `form` and translating it (it grows with L^2, and is not free)."""
-    m = form.model
-    problem.meter.charge(MODEL_UNITS_PER_ITEM * (len(m.vars) + len(m.constraints)))
+    """Charge building `form` (it grows with L^2, and is not free)."""
+    problem.meter.charge(BUILD_UNITS_PER_ITEM * _items(form))
+
+
+def _items(form: Formulation) -> int:
+    return len(form.model.vars) + len(form.model.constraints)
+
+
+def estimated_items(n: int, can_swap: bool) -> int:
+    """Variables and constraints of the plan model of `n` layers (measured: 4.8-7.3 n^2
+    with swaps at 20-160 layers, 52 n without)."""
+    return 6 * n * n + 52 * n if can_swap else 52 * n
+
+
+def affordable(problem: Problem, backend: Backend, n: int, can_swap: bool) -> bool:
+    """Whether building and translating the model fits in the work (and seconds) left;
+    a model that does not is not built (it would overrun the limit before solving)."""
+    cost = estimated_items(n, can_swap) * (BUILD_UNITS_PER_ITEM + backend.translate_units)
+    return all(rest is None or rest >= cost for rest in (problem.work_left(), problem.time_left()))
 
 
 def add_objective_floor(form: Formulation, seconds: float) -> None:
@@ -107,7 +124,9 @@ def run(
     cap: int | None = None,
     gap: float = OPTIMALITY_GAP,
 ) -> BackendResult:
-    """One back-end solve on `work` units (and the time left), charged to the problem."""
+    """One back-end solve on `work` units (and the time left), charged to the problem
+    with translating the model for it."""
+    problem.meter.charge(backend.translate_units * _items(form))
     return backend.load()(
         form,
         time_limit=problem.time_left(),

@@ -85,7 +85,9 @@ class Backend:
     the most threads it will use (None: as asked). `objective_cap`: it takes
     `objective_at_most`. `seed_restarts`: the exact method restarts it in work
     slices with the next seed (its time to proof is heavy-tailed in the seed).
-    `work`: what it counts as work, and the rate.
+    `work`: what it counts as work, and the rate. `translate_units`: work
+    units per model variable and constraint to translate a model for it
+    (charged by the caller: the solver's own count starts after it).
     """
 
     name: str
@@ -95,6 +97,7 @@ class Backend:
     deterministic_threads: int | None
     deterministic_when: str
     work: str
+    translate_units: float
     max_threads: int | None = None
     objective_cap: bool = False
     seed_restarts: bool = False

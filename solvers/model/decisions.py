@@ -66,8 +66,11 @@ def add_decisions(
     prefetch: list[dict[int, int]] = []
     wait: list[dict[int, int]] = []
     for i in range(n):
-        steps = range(i, n)
-        if i in choices:
+        # A layer that may not swap gets no prefetch or wait literals at all
+        # (they would all be 0): a keep/recompute model grows with L, not L^2.
+        can_swap = SWAP in (choices[i].actions if i in choices else actions)
+        steps = range(i, n) if can_swap else ()
+        if i in choices and can_swap:
             steps = sorted({j for j in choices[i].prefetch if i <= j < n})
         pf = {j: m.new_bool(f"pf{i}_{j}") for j in steps}
         prefetch.append(pf)
@@ -76,8 +79,8 @@ def add_decisions(
             # j >= need(i): not every layer i+1 .. j+1 is recompute.
             if j + 1 <= n - 1:
                 m.add(Clause((neg(v), *(neg(rec[k]) for k in range(i + 1, j + 2)))))
-        waits = range(i + 1, n) if with_swap_wait else ()
-        if i in choices:
+        waits = range(i + 1, n) if with_swap_wait and can_swap else ()
+        if i in choices and can_swap:
             waits = sorted({j for j in choices[i].wait if i + 1 <= j < n})
         sw = {j: m.new_bool(f"sw{i}_{j}") for j in waits}
         wait.append(sw)
