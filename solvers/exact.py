@@ -65,8 +65,9 @@ DEFAULT_MAX_LAYERS = 200
 STARTS_WORK = 5.0
 STARTS_GRACE = 0.5
 # The recompute-only optimum as a start for the joint space: this share of the
-# work left, at most RECOMPUTE_START_WORK units (it took 0.01-0.02 units on the
-# bundled nets of 11-21 layers, and 14 at most on random 32-48-layer chains).
+# work left, at most RECOMPUTE_START_WORK units (proving it took 0.01-0.02 units
+# on the bundled nets of 11-21 layers, up to 14 on random 32-48-layer chains,
+# where the cap leaves the best plan found).
 RECOMPUTE_START_SHARE = 0.1
 RECOMPUTE_START_WORK = 1.0
 # The relaxation bound gets this share of the work left, at most RELAXATION_WORK.
@@ -127,7 +128,7 @@ def _starters_problem(problem: Problem) -> Problem:
     until the deadline or STARTS_GRACE seconds from now, whichever is later.
 
     NOTE: the starters run to their own cap even past a smaller work limit (their
-    work is charged to the solve afterwards, `_charge_starters`): a starved
+    work is charged to the solve afterwards): a starved
     greedy returns a plan worse than the greedy's, and the exact methods must
     never return worse than the cheap methods. It costs 0.001 units at 21
     layers, 0.15 at 162.

@@ -425,7 +425,10 @@ def test_an_interrupted_cbc_search_still_returns_the_best_start(monkeypatch):
     budget = planopt.budget_from_fraction(profile, 0.5)
     greedy = planopt.solve(profile, budget, "greedy")
     sol = planopt.solve(profile, budget, "exact", backend="cbc", time_limit=600, threads=2)
-    assert watches and all(w.sent[:1] == [signal.SIGINT] for w in watches)
+    # The last watch is the search's (a small keep/recompute start may finish
+    # before the clock sees it); whatever was sent, SIGINT came first.
+    assert watches and watches[-1].sent[:1] == [signal.SIGINT]
+    assert all(w.sent[:1] in ([], [signal.SIGINT]) for w in watches)
     assert sol.status is Status.FEASIBLE and sol.schedule.feasible
     assert sol.makespan <= greedy.makespan * (1 + 1e-12)
     assert "single-threaded" in sol.message and "watchdog" in sol.message
