@@ -138,12 +138,13 @@ def solve(
     objective_at_most: int | None = None,
     relative_gap: float = 0.0,
     meter: WorkMeter | None = None,
-    interleave: bool | None = None,
+    interleave: bool = False,
 ) -> BackendResult:
     """Solve with CP-SAT (see `solvers.backends.base.SolveFn`).
 
-    `interleave` (default: when more than one worker) runs the workers in
-    CP-SAT's deterministic batches, so the solve stays deterministic.
+    `interleave` runs several workers in CP-SAT's deterministic batches
+    (measured far too slow on these models, see docs/solvers.md; kept for
+    experiments): without it, more than one worker race.
     """
     translated = translate(form, hint, objective_at_most)
     if translated is None:
@@ -156,7 +157,7 @@ def solve(
         "num_workers": workers,
         "random_seed": seed,
         "relative_gap_limit": relative_gap,
-        "interleave_search": workers > 1 if interleave is None else interleave,
+        "interleave_search": interleave,
     }
     code, values, objective, bound, work = run_isolated(model, xs, params)
     if meter is not None:
