@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"--backend-time-limit {args.backend_time_limit:g} "
                 f"--backend-lengths {' '.join(map(str, args.backend_lengths))}` on "
                 f"{platform.machine()}, {os.cpu_count()} CPUs; 2 threads each (CBC: one, see "
-                "`solvers/milp.py`). Chains "
+                "`solvers/backends/cbc.py`). Chains "
                 "`random_chain(L, seed=1000, family='mixed')`, at the first of 50/70/90% "
                 "budgets that a plan can meet. A solve the limit cut short gives its plan's "
                 "gap to its own proven bound. 'agree': the proven optima are equal to 1e-6 "

@@ -155,12 +155,12 @@ def lower_bound(
     """A proven lower bound (seconds) on the fastest plan's makespan at `budget`.
 
     Cheap at any size: a relaxation of the cost model over the actions alone
-    (see `solvers.relaxation`), solved as a small MIP (its proven bound if the
+    (see `solvers.model.relaxation`), solved as a small MIP (its proven bound if the
     time limit cuts it short) or, with `relax=True`, as an LP. Never below
     `T_ideal`. None when even the relaxation cannot fit the budget (then no
     plan can).
     """
-    from solvers.relaxation import relaxation_bound
+    from solvers.model.relaxation import relaxation_bound
 
     profile = resolve_profile(profile)
     bytes_budget = parse_budget(budget, profile)

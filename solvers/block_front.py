@@ -146,7 +146,7 @@ def _front_by_mip(
     """The same as `_front_by_enumeration`, one HiGHS MIP per share and cap (long blocks)."""
     import pulp
 
-    from solvers.highs import solve_with_highs
+    from solvers.backends.highs import solve_with_highs
 
     p = len(data.fwd)
     out: list[tuple[Action, ...] | None] = []

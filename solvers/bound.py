@@ -2,24 +2,30 @@
 
 It returns no plan, only `lower_bound` (status `bound`), so sweeps and the
 known-answer bank treat the bound as one more registered method instead of
-a special case.
+a special case. A work limit becomes HiGHS's node limit, so a work-limited
+bound is the same on any machine.
 """
 
 from __future__ import annotations
 
 from planopt.problem import Problem
 from planopt.result import SolverOutput, Status
-from solvers.relaxation import relaxation_bound
+from solvers.model.relaxation import relaxation_bound
 
 
 def lower_bound(problem: Problem, *, relax: bool = False) -> SolverOutput:
-    """A proven lower bound on the fastest plan's makespan (see `solvers.relaxation`)."""
+    """A proven lower bound on the fastest plan's makespan (see `solvers.model.relaxation`)."""
     if not isinstance(relax, bool):
         from planopt.errors import SolverOptionError
 
         raise SolverOptionError(f"relax must be true or false, got {relax!r}")
     bound = relaxation_bound(
-        problem.profile, problem.budget, time_limit=problem.time_left(), relax=relax
+        problem.profile,
+        problem.budget,
+        time_limit=problem.time_left(),
+        work_limit=problem.work_left(),
+        relax=relax,
+        meter=problem.meter,
     )
     if bound is None:
         return SolverOutput(

@@ -17,10 +17,7 @@ PACKAGES = ("planopt", "solvers")
 # A module longer than this states why at its top ("NOTE (size)").
 MAX_LINES = 400
 # Modules being split right now, each with where it goes (emptied as they land).
-SPLITTING: dict[str, str] = {
-    "solvers.exact": "into solvers/model/ and solvers/backends/",
-    "solvers.formulation": "into solvers/model/, one module per section of the model",
-}
+SPLITTING: dict[str, str] = {}
 
 
 def _modules() -> dict[str, Path]:

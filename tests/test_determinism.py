@@ -23,12 +23,13 @@ def net():
     return planopt.random_chain(36, seed=11, family="mixed")
 
 
-@pytest.mark.parametrize("method", registry.by_role("baseline", "heuristic"))
+@pytest.mark.parametrize("method", registry.by_role("baseline", "heuristic", "exact", "bound"))
 def test_a_work_limited_solve_gives_the_same_plan_under_load(net, method):
     quiet = planopt.solve(net, "45%", method, work_limit=WORK, seed=3)
     with busy_cores():
         loaded = planopt.solve(net, "45%", method, work_limit=WORK, seed=3)
     assert loaded.status == quiet.status
     assert loaded.plan == quiet.plan
+    assert loaded.lower_bound == quiet.lower_bound
     assert loaded.work_used == quiet.work_used
     assert quiet.work_used <= WORK * 1.5 + 1  # a limit, not a suggestion

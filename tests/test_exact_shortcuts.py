@@ -12,9 +12,11 @@ import planopt
 from planopt import Status
 from planopt.budget import keep_all_peak
 from planopt.problem import Problem
-from solvers import exact
+from solvers import backends, exact, exact_search
+from solvers.backends import cpsat
 from solvers.lns import layer_phases
-from solvers.relaxation import relaxation_bound
+from solvers.model import Linear, build, evaluate
+from solvers.model.relaxation import relaxation_bound
 from solvers.search.driver import search
 from solvers.search.engine import Incumbent
 
@@ -41,9 +43,9 @@ def test_swap_traffic_rows_tighten_the_bound_yet_stay_below_the_optimum(monkeypa
     # rows and sits at T_ideal without them.
     profile = planopt.random_chain(10, seed=2, family="transformer")
     budget = _budget(profile)
-    optimum = _plain_exact(profile, budget, monkeypatch, time_limit=60)
+    optimum = _plain_exact(profile, budget, monkeypatch, work_limit=60)
     assert optimum.status is Status.OPTIMAL
-    bound = relaxation_bound(profile, budget, time_limit=30)
+    bound = relaxation_bound(profile, budget, work_limit=30)
     assert bound <= optimum.makespan * (1 + 1e-9)
     assert bound >= optimum.makespan / 1.01
 
@@ -54,8 +56,8 @@ def test_shortcuts_agree_with_a_search_without_them(family, seed, monkeypatch):
     profile = planopt.random_chain(10, seed=seed, family=family)
     budget = _budget(profile)
     monkeypatch.setattr(exact, "POLISH_FROM_LAYERS", 1)  # polish these small nets too
-    fast = planopt.solve(profile, budget, "exact", time_limit=60)
-    plain = _plain_exact(profile, budget, monkeypatch, time_limit=60)
+    fast = planopt.solve(profile, budget, "exact", work_limit=60)
+    plain = _plain_exact(profile, budget, monkeypatch, work_limit=60)
     assert fast.status is Status.OPTIMAL and plain.status is Status.OPTIMAL
     assert fast.makespan == pytest.approx(plain.makespan, rel=REL)
     assert fast.lower_bound <= plain.makespan * (1 + REL)
@@ -65,13 +67,13 @@ def test_a_warm_start_meeting_the_bound_ends_the_solve_without_a_search(monkeypa
     # The relaxation's bound meets this chain's optimum (see above).
     profile = planopt.random_chain(10, seed=2, family="transformer")
     budget = _budget(profile)
-    first = planopt.solve(profile, budget, "exact", time_limit=60)
+    first = planopt.solve(profile, budget, "exact", work_limit=60)
     assert first.status is Status.OPTIMAL
 
     def no_backend(*args, **kwargs):
         raise AssertionError("the back-end should not run")
 
-    monkeypatch.setattr(exact, "backend_function", lambda name: no_backend)
+    monkeypatch.setattr(cpsat, "solve", no_backend)
     again = planopt.solve(profile, budget, "exact", warm_start=first.plan)
     assert again.status is Status.OPTIMAL
     assert again.makespan == pytest.approx(first.makespan, rel=REL)
@@ -83,16 +85,13 @@ def test_the_objective_floor_never_cuts_off_the_optimum():
     # itself must leave the optimal plan feasible in the model.
     profile = planopt.random_chain(4, seed=4, family="uniform")
     budget = _budget(profile)
-    optimum = planopt.solve(profile, budget, "brute-force", time_limit=120)
+    optimum = planopt.solve(profile, budget, "brute-force", work_limit=120)
     assert optimum.status is Status.OPTIMAL
     problem = Problem(profile, budget, planopt.min_budget(profile))
-    form = exact.build(profile, budget)
-    exact._add_objective_floor(form, optimum.makespan)
-    from solvers.cpsat import solve_cpsat
-    from solvers.formulation import evaluate
-
+    form = build(profile, budget)
+    exact_search.add_objective_floor(form, optimum.makespan)
     hint = evaluate(form, form.decisions(optimum.plan))
-    result = solve_cpsat(form, time_limit=60, threads=1, seed=0, hint=hint)
+    result = cpsat.solve(form, time_limit=None, work_limit=60, threads=1, seed=0, hint=hint)
     assert result.status == "optimal"
     plan = form.decode(lambda v: result.values[v])
     assert problem.scorer.score_plan(plan)[0] == pytest.approx(optimum.makespan, rel=REL)
@@ -119,18 +118,20 @@ def _probe_setup(seed: int):
     """A small chain, its brute-force optimum and a fresh model with the usual floor."""
     profile = planopt.random_chain(5, seed=seed, family="mixed")
     budget = _budget(profile)
-    optimum = planopt.solve(profile, budget, "brute-force", time_limit=120)
+    optimum = planopt.solve(profile, budget, "brute-force", work_limit=120)
     assert optimum.status is Status.OPTIMAL
     problem = Problem(profile, budget, planopt.min_budget(profile))
-    form = exact.build(profile, budget)
+    form = build(profile, budget)
     return optimum, problem, form
 
 
 @pytest.mark.parametrize("seed", [0, 3])
 def test_a_probe_at_the_optimum_finds_an_optimal_plan(seed):
     optimum, problem, form = _probe_setup(seed)
-    exact._add_objective_floor(form, optimum.makespan)
-    probed, _ = exact._probe_relaxation_bound(problem, form, 1, None, optimum.makespan)
+    exact_search.add_objective_floor(form, optimum.makespan)
+    probed, _ = exact_search.probe_relaxation_bound(
+        problem, form, backends.get("cpsat"), 1, None, optimum.makespan
+    )
     assert probed is not None and probed.status == "optimal"
     plan = form.decode(lambda v: probed.values[v])
     makespan, peak = problem.scorer.score_plan(plan)
@@ -140,21 +141,22 @@ def test_a_probe_at_the_optimum_finds_an_optimal_plan(seed):
 
 @pytest.mark.parametrize("seed", [0, 3])
 def test_a_probe_below_the_optimum_raises_the_floor_and_keeps_the_optimum(seed):
-    from solvers.cpsat import solve_cpsat
-
     optimum, problem, form = _probe_setup(seed)
     below = max(problem.profile.t_ideal, optimum.makespan * 0.97)
     if below >= optimum.makespan * (1 - 1e-3):
         pytest.skip("the optimum is T_ideal: nothing lies below it")
-    exact._add_objective_floor(form, below)
-    assert exact._probe_relaxation_bound(problem, form, 1, None, below) == (None, None)
+    exact_search.add_objective_floor(form, below)
+    probe = exact_search.probe_relaxation_bound(
+        problem, form, backends.get("cpsat"), 1, None, below
+    )
+    assert probe == (None, None)
     # The probe proved no plan meets `below`: the model's objective now has
     # a floor above it (the last constraint added)...
     floor = form.model.constraints[-1]
-    assert isinstance(floor, exact.Linear) and floor.in_ticks
-    assert form.seconds(floor.lo) > below * (1 + exact.OPTIMALITY_GAP)
+    assert isinstance(floor, Linear) and floor.in_ticks
+    assert form.seconds(floor.lo) > below * (1 + exact_search.OPTIMALITY_GAP)
     # ...which leaves the optimum in the model.
-    result = solve_cpsat(form, time_limit=60, threads=1, seed=0, hint=None)
+    result = cpsat.solve(form, time_limit=None, work_limit=60, threads=1, seed=0, hint=None)
     assert result.status == "optimal"
     plan = form.decode(lambda v: result.values[v])
     assert problem.scorer.score_plan(plan)[0] == pytest.approx(optimum.makespan, rel=REL)

@@ -19,7 +19,7 @@ import planopt
 from planopt import Action, Status
 from planopt.budget import keep_all_peak
 from solvers.brute_force import enumerate_raw
-from solvers.formulation import build, evaluate
+from solvers.model import build, evaluate
 
 REL = 1e-6
 

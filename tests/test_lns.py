@@ -11,8 +11,8 @@ import planopt
 from planopt import Status, random_chain
 from planopt.plan import KEEP, SWAP
 from planopt.problem import Problem
-from solvers.cpsat import solve_cpsat
-from solvers.formulation import Choices, build
+from solvers.backends.cpsat import solve as solve_cpsat
+from solvers.model import Choices, build
 from solvers.search.engine import Incumbent
 from solvers.search.moves import improve_groups, kicks, layer_level
 from solvers.search.starts import portfolio

@@ -1,4 +1,6 @@
-"""`planopt.lower_bound` never exceeds the true optimum (brute force, exact) and is cheap."""
+"""The relaxation's lower bound (method "lower-bound", `planopt.lower_bound`) never exceeds
+the true optimum (brute force, exact). Bounds are asked for with a work limit, so each
+is the same on any machine."""
 
 from __future__ import annotations
 
@@ -15,6 +17,13 @@ from planopt.budget import keep_all_peak
 from solvers.brute_force import enumerate_raw
 
 
+def _bound(profile, budget, *, relax=False, work_limit=30):
+    """The registered bound method's bound (None below the minimum budget)."""
+    return planopt.solve(
+        profile, budget, "lower-bound", relax=relax, work_limit=work_limit
+    ).lower_bound
+
+
 def _optimum(profile, budget):
     score = planopt.Scorer(profile).score
     fitting = [
@@ -29,8 +38,8 @@ def test_bound_is_below_the_brute_force_optimum(profile, r):
     low = planopt.min_budget(profile)
     budget = low + r * (keep_all_peak(profile) - low)
     optimum = _optimum(profile, budget)
-    bound = planopt.lower_bound(profile, budget)
-    lp = planopt.lower_bound(profile, budget, relax=True)
+    bound = _bound(profile, budget)
+    lp = _bound(profile, budget, relax=True)
     if optimum is None:
         return  # the relaxation may still fit: nothing to compare
     assert bound is not None and lp is not None
@@ -43,8 +52,8 @@ def test_bound_is_below_the_exact_optimum_on_longer_chains(seed):
     rng = random.Random(500 + seed)
     profile = random_profile(rng, 8)
     budget = planopt.budget_from_fraction(profile, 0.5)
-    exact = planopt.solve(profile, budget, "exact", time_limit=60)
-    bound = planopt.lower_bound(profile, budget)
+    exact = planopt.solve(profile, budget, "exact", work_limit=60)
+    bound = _bound(profile, budget)
     if exact.status is Status.OPTIMAL:
         assert bound <= exact.makespan * (1 + 1e-9)
     elif exact.status is Status.INFEASIBLE:
@@ -60,7 +69,7 @@ def test_bound_is_below_the_exact_optimum_on_longer_chains(seed):
 def test_bound_sits_between_t_ideal_and_the_heuristics(name, fraction):
     profile = planopt.bundled_profile(name)
     budget = planopt.budget_from_fraction(profile, fraction)
-    bound = planopt.lower_bound(profile, budget, time_limit=5)
+    bound = _bound(profile, budget, work_limit=5)
     assert bound >= profile.t_ideal
     for method in ("greedy", "sqrt-n"):
         solution = planopt.solve(profile, budget, method)
@@ -75,14 +84,14 @@ def test_no_bound_below_the_minimum_budget():
         planopt.lower_bound(profile, "50%", time_limit=0)
 
 
-def test_an_lp_stopped_by_its_time_limit_gives_no_bound_beyond_t_ideal(monkeypatch):
+def test_an_lp_stopped_by_a_limit_gives_no_bound_beyond_t_ideal(monkeypatch):
     # PuLP reports a HiGHS LP cut short by its time limit as "Optimal" with
     # solution status "integer feasible"; that objective is a primal value of
     # an unfinished simplex, not a bound (it once sat 8 points above a
     # feasible plan on GPT-48). Simulate that report on a finished solve.
     import pulp
 
-    from solvers import relaxation
+    from solvers.model import relaxation
 
     real = relaxation.solve_with_highs
 
@@ -114,12 +123,12 @@ def test_a_first_layer_at_the_budget_exactly_gives_a_bound_not_a_crash(relax):
     )
     budget = keep_all_peak(profile)
     assert budget == planopt.min_budget(profile) == 27
-    bound = planopt.lower_bound(profile, budget, relax=relax)
+    bound = _bound(profile, budget, relax=relax)
     assert bound <= _optimum(profile, budget) * (1 + 1e-9)
     for method in ("exact", "swap-only", "recompute-only"):
-        assert planopt.solve(profile, budget, method, time_limit=30).status is Status.OPTIMAL
+        assert planopt.solve(profile, budget, method, work_limit=30).status is Status.OPTIMAL
     # One byte less: nothing fits, and the bound says so without a crash.
-    assert planopt.solve(profile, budget - 1, "exact", time_limit=30).status is Status.INFEASIBLE
+    assert planopt.solve(profile, budget - 1, "exact", work_limit=30).status is Status.INFEASIBLE
 
 
 @settings(max_examples=60, deadline=None)

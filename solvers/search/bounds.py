@@ -21,7 +21,7 @@ def relaxation_lower_bound(
     T_ideal and starved the search, so it says T_ideal at once. The decision
     is made on work units, so it is the same on every machine.
     """
-    from solvers.relaxation import relaxation_bound
+    from solvers.model.relaxation import relaxation_bound
 
     cost = LP_UNITS_PER_LAYER * problem.n
     work = problem.work_left()

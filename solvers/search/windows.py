@@ -2,7 +2,7 @@
 
 The actions, prefetch steps and waits of the window's layers are free;
 every other layer is pinned to the incumbent's decisions
-(`formulation.Choices`, which collapses their copy-back queue slots: the
+(`solvers.model.Choices`, which collapses their copy-back queue slots: the
 model grows with L, not L^2). The window's optimum is exact up to the
 model's time rounding; a window can also be copied to other copies of a
 repeated block (`Window.shifts`), then it is a candidate like any other.
@@ -79,8 +79,8 @@ def exact_window(
     seeded with the problem's seed, so the window's answer is the same on
     any machine (unless the wall-clock limit cuts it).
     """
-    from solvers.cpsat import solve_cpsat
-    from solvers.formulation import Choices, Expr, Linear, build
+    from solvers.backends.cpsat import solve as solve_cpsat
+    from solvers.model import Choices, Expr, Linear, build
 
     problem = inc.problem
     n, lo, hi = inc.n, window.lo, window.hi

@@ -1,55 +1,56 @@
-"""OR-Tools CP-SAT back-end: a direct translation of `solvers.formulation`.
+"""OR-Tools CP-SAT back-end: a direct translation of the model IR, solved in a forked child.
 
 CP-SAT has every construct natively (enforcement literals, max-equalities,
-optional intervals, a cumulative resource), so this file is only a
-dictionary from our constraint kinds to its calls.
+optional intervals, a cumulative resource), so the translation is only a
+dictionary from our constraint kinds to its calls. Work is CP-SAT's own
+deterministic time (`max_deterministic_time`, the response's
+`deterministic_time`), taken 1:1 as work units.
+
+NOTE (determinism, measured and documented in docs/solvers.md): one worker
+is a sequential search, so with a work limit and no binding time limit
+the same model, hint and seed give the same solution on any machine. More
+workers race unless `interleave_search` is on (then CP-SAT runs its
+subsolvers in fixed batches: deterministic for any worker count).
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
-from dataclasses import dataclass
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ortools.sat.python import cp_model
 
 from planopt.errors import SolverCrashError
-from solvers.formulation import (
+from solvers.backends.base import BackendResult, Status
+from solvers.model.ir import (
     AndEq,
     Clause,
     Define,
     ExactlyOne,
     Expr,
-    Formulation,
     GeqReify,
     Linear,
     Lit,
     MaxEq,
 )
 
+if TYPE_CHECKING:
+    from planopt.work import WorkMeter
+    from solvers.model import Formulation
 
-@dataclass(frozen=True)
-class BackendResult:
-    """What a back-end found: status word, values of all variables, objective and bound."""
-
-    status: str  # "optimal", "feasible", "infeasible", "unknown"
-    values: list[int] | None
-    objective: float | None
-    bound: float | None
-    work_used: float = 0.0  # CP-SAT's deterministic time
+# Settings tried in turn when a solve aborts (see `run_isolated`).
+_ATTEMPTS: tuple[dict, ...] = ({}, {"keep_hint": False})
 
 
-def solve_cpsat(
-    form: Formulation,
-    *,
-    time_limit: float | None,
-    threads: int,
-    seed: int,
-    hint: list[int] | None,
-    objective_at_most: int | None = None,
-    relative_gap: float = 0.0,
-    work_limit: float | None = None,
-) -> BackendResult:
+def translate(
+    form: Formulation, hint: Sequence[int] | None, objective_at_most: int | None
+) -> tuple[cp_model.CpModel, list] | None:
+    """The CP-SAT model and its variables (index-aligned with the IR's); None when the
+    capacity is negative (nothing fits)."""
     m = form.model
+    if m.capacity < 0:
+        return None
     model = cp_model.CpModel()
     xs = [
         model.new_bool_var(v.name) if v.is_bool else model.new_int_var(v.lo, v.hi, v.name)
@@ -112,8 +113,6 @@ def solve_cpsat(
             )
         intervals.append(interval)
         demands.append(iv.demand)
-    if m.capacity < 0:
-        return BackendResult("infeasible", None, None, None)
     if intervals:
         model.add_cumulative(intervals, demands, m.capacity)
     model.minimize(xs[m.objective])
@@ -125,28 +124,63 @@ def solve_cpsat(
         # on a 4-layer chain; the solver completes the times itself.
         for v in form.decision_vars():
             model.add_hint(xs[v], hint[v])
+    return model, xs
 
+
+def solve(
+    form: Formulation,
+    *,
+    time_limit: float | None,
+    work_limit: float | None,
+    threads: int,
+    seed: int,
+    hint: Sequence[int] | None,
+    objective_at_most: int | None = None,
+    relative_gap: float = 0.0,
+    meter: WorkMeter | None = None,
+    interleave: bool = False,
+) -> BackendResult:
+    """Solve with CP-SAT (see `solvers.backends.base.SolveFn`).
+
+    `interleave` runs several workers in CP-SAT's deterministic batches
+    (measured far too slow on these models, see docs/solvers.md; kept for
+    experiments): without it, more than one worker race.
+    """
+    translated = translate(form, hint, objective_at_most)
+    if translated is None:
+        return BackendResult(Status.INFEASIBLE, note="the budget leaves no room for tensors")
+    model, xs = translated
+    workers = max(1, threads)
     params = {
         "max_time_in_seconds": None if time_limit is None else max(0.01, time_limit),
-        "num_workers": max(1, threads),
+        "max_deterministic_time": work_limit,
+        "num_workers": workers,
         "random_seed": seed,
         "relative_gap_limit": relative_gap,
-        "max_deterministic_time": work_limit,
+        "interleave_search": interleave,
     }
     code, values, objective, bound, work = run_isolated(model, xs, params)
+    if meter is not None:
+        meter.charge(work)
+    note = _stopped_by(code, work, work_limit, time_limit)
     if code == cp_model.OPTIMAL:
-        status = "optimal"
-    elif code == cp_model.FEASIBLE:
-        status = "feasible"
-    elif code == cp_model.INFEASIBLE:
-        return BackendResult("infeasible", None, None, None, work)
-    else:
-        return BackendResult("unknown", None, None, bound, work)
-    return BackendResult(status, values, objective, bound, work)
+        return BackendResult(Status.OPTIMAL, values, objective, bound, work, note)
+    if code == cp_model.FEASIBLE:
+        return BackendResult(Status.FEASIBLE, values, objective, bound, work, note)
+    if code == cp_model.INFEASIBLE:
+        return BackendResult(Status.INFEASIBLE, work_used=work)
+    return BackendResult(Status.UNKNOWN, None, None, bound, work, note)
 
 
-# Settings tried in turn when a solve aborts (see `run_isolated`).
-_ATTEMPTS: tuple[dict, ...] = ({}, {"keep_hint": False})
+def _stopped_by(code, work: float, work_limit: float | None, time_limit: float | None) -> str:
+    if code in (cp_model.OPTIMAL, cp_model.INFEASIBLE):
+        return ""
+    # CP-SAT stops a little short of its deterministic limit (0.98 of it, seen).
+    if work_limit is not None and (time_limit is None or work >= 0.9 * work_limit):
+        return "stopped by its work limit"
+    if time_limit is not None:
+        return "stopped by its time limit"
+    return ""
 
 
 def _solve_here(model: cp_model.CpModel, xs: list, params: dict, attempt: dict):
@@ -154,15 +188,12 @@ def _solve_here(model: cp_model.CpModel, xs: list, params: dict, attempt: dict):
     p = solver.parameters
     if params["max_time_in_seconds"] is not None:
         p.max_time_in_seconds = params["max_time_in_seconds"]
+    if params["max_deterministic_time"] is not None:
+        p.max_deterministic_time = params["max_deterministic_time"]
     p.num_workers = params["num_workers"]
     p.random_seed = params["random_seed"]
     p.relative_gap_limit = params["relative_gap_limit"]
-    if params.get("max_deterministic_time") is not None:
-        p.max_deterministic_time = params["max_deterministic_time"]
-    # NOTE: interleaved search would make multi-worker runs reproducible, but
-    # it was 100x slower on our models (and aborted with hints in 9.13+), so
-    # the exact method gets reproducibility another way (see solvers.exact).
-    p.interleave_search = False
+    p.interleave_search = params["interleave_search"]
     p.log_search_progress = False
     # NOTE: with two workers the second one runs CP-SAT's interleaved helpers,
     # and the feasibility pump kept it busy for the whole limit (7 of 8 s on
@@ -172,17 +203,11 @@ def _solve_here(model: cp_model.CpModel, xs: list, params: dict, attempt: dict):
     if not attempt.get("keep_hint", True):
         model.clear_hints()
     code = solver.solve(model)
-    values = None
+    work = solver.response_proto.deterministic_time
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         values = [int(solver.value(x)) for x in xs]
-        return (
-            code,
-            values,
-            solver.objective_value,
-            solver.best_objective_bound,
-            solver.response_proto.deterministic_time,
-        )
-    return code, None, None, solver.best_objective_bound, solver.response_proto.deterministic_time
+        return code, values, solver.objective_value, solver.best_objective_bound, work
+    return code, None, None, solver.best_objective_bound, work
 
 
 def _child(conn, model, xs, params, attempt) -> None:  # pragma: no cover - runs in a fork
@@ -218,6 +243,5 @@ def run_isolated(model: cp_model.CpModel, xs: list, params: dict):
             return result
     raise SolverCrashError(
         f"CP-SAT aborted {len(_ATTEMPTS)} times (an OR-Tools internal check failed); try "
-        "another seed, "
-        "threads=1 or another backend"
+        "another seed, threads=1 or another backend"
     )

@@ -1,6 +1,6 @@
-"""Linear MIP back-ends through PuLP: CBC (bundled), HiGHS, and Gurobi/CPLEX where installed.
+"""The plan model as a linear MIP (for the PuLP back-ends: CBC, HiGHS, Gurobi, CPLEX).
 
-The translation of `solvers.formulation` into linear constraints:
+The translation of the IR into linear rows:
 
 * `Define` under a literal and `GeqReify`: big-M, with M computed per
   constraint from the variables' bounds (tight M, fewer numerical troubles);
@@ -13,56 +13,38 @@ The translation of `solvers.formulation` into linear constraints:
   (and `b` present) into the sum `d_a + sum d_b * o <= capacity`. Ticks are
   integral, so "strictly after" is "at least one tick after".
 
-Times are continuous variables rescaled so the horizon is `MIP_HORIZON`
-units (a big-M of ~1e4 keeps the integrality tolerance from opening holes:
-with M = 1e7 ticks a binary at 1e-7 "counts as 0" and a tensor vanishes from
-a memory check). "Strictly after" is `EPSILON` units (1e-7 of the horizon):
-a tensor starting less than that after a check point is counted there,
-which can only make the model more cautious, never break the budget.
+Times are continuous, in the linear units of `solvers.model` (the horizon
+is `LINEAR_HORIZON` units). "Strictly after" is `EPSILON` units (1e-7 of
+the horizon): a tensor starting less than that after a check point is
+counted there, which can only make the model more cautious, never break the
+budget. Memory stays in the model's exact units.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import re
-import signal
-import tempfile
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import pulp
 
-from solvers.cpsat import BackendResult
-from solvers.formulation import (
+from solvers.backends.base import BackendResult, Status
+from solvers.model.ir import (
     AndEq,
     Clause,
     Define,
     ExactlyOne,
     Expr,
-    Formulation,
     GeqReify,
     Linear,
     Lit,
     MaxEq,
 )
-from solvers.highs import fresh_thread_pool
-from solvers.watchdog import stop_children_after
 
-MIP_HORIZON = 1.0e4
+if TYPE_CHECKING:
+    from solvers.model import Formulation
+
 EPSILON = 1.0e-3
 INTEGRALITY_TOLERANCE = 1.0e-9
-# Seconds CBC gets to write its plan after the watchdog's SIGINT, before SIGKILL.
-CBC_KILL_AFTER = 2.0
-# NOTE: CBC runs single-threaded whatever `threads` says. With 2 threads it
-# once claimed as optimal a plan 4.5% slower than one CP-SAT, HiGHS and a
-# single-threaded CBC all found (a 6-layer chain, seed 1000 at 50%), and its
-# parallel search is not reproducible run to run.
-CBC_MAX_THREADS = 1
-
-
-def cbc_kill_after(time_limit: float) -> float:
-    """Seconds between the watchdog's SIGINT and SIGKILL, so that a solve ends
-    within its limit's 10% (and 0.25 s) even when CBC ignores the SIGINT."""
-    return min(CBC_KILL_AFTER, 0.05 * time_limit + 0.25)
 
 
 def _bounds(form: Formulation, ex: Expr, scale: float = 1.0) -> tuple[float, float]:
@@ -75,10 +57,12 @@ def _bounds(form: Formulation, ex: Expr, scale: float = 1.0) -> tuple[float, flo
     return lo, hi
 
 
-def build_lp(form: Formulation, hint: list[int] | None) -> tuple[pulp.LpProblem, list]:
+def build_lp(
+    form: Formulation, hint: Sequence[int] | None, objective_at_most: int | None = None
+) -> tuple[pulp.LpProblem, list]:
     """The PuLP problem and its variables (index-aligned with the formulation's)."""
     m = form.model
-    scale = max(1.0, m.horizon / MIP_HORIZON)  # ticks per MIP time unit
+    scale = form.times.ticks_per_linear_unit
     prob = pulp.LpProblem("planopt", pulp.LpMinimize)
     xs = []
     for i, v in enumerate(m.vars):
@@ -98,7 +82,7 @@ def build_lp(form: Formulation, hint: list[int] | None) -> tuple[pulp.LpProblem,
         return pulp.lpSum(c * xs[v] for v, c in ex.terms) + ex.const
 
     def tlin(ex: Expr):
-        """A time-valued expression in MIP time units."""
+        """A time-valued expression in linear units."""
         return pulp.lpSum(c * xs[v] for v, c in ex.terms) + ex.const / scale
 
     def add(constraint) -> None:
@@ -188,117 +172,31 @@ def build_lp(form: Formulation, hint: list[int] | None) -> tuple[pulp.LpProblem,
             load.append(ivb.demand * o)
         slack = 0 if iva.present is None else total * (1 - lit(iva.present))
         add(pulp.lpSum(load) <= m.capacity + slack)
+    if objective_at_most is not None:
+        add(xs[m.objective] <= objective_at_most / scale)
     prob += xs[m.objective]
     return prob, xs
 
 
-def _run(form: Formulation, solver, hint, *, log_bound: bool = False) -> BackendResult:
-    prob, xs = build_lp(form, hint)
-    if form.model.capacity < 0:
-        return BackendResult("infeasible", None, None, None)
-    prob.solve(solver)
-    scale = max(1.0, form.model.horizon / MIP_HORIZON)
+def read_solution(form: Formulation, prob: pulp.LpProblem, xs: list) -> BackendResult:
+    """The result PuLP reports after a solve (objective in ticks; no bound, no work)."""
+    scale = form.times.ticks_per_linear_unit
     status = pulp.LpStatus[prob.status]
     sol_status = getattr(prob, "sol_status", None)
     if status == "Infeasible":
-        return BackendResult("infeasible", None, None, None)
+        return BackendResult(Status.INFEASIBLE)
     has_solution = status == "Optimal" or sol_status in (
         pulp.LpSolutionIntegerFeasible,
         pulp.LpSolutionOptimal,
     )
-    values = None
-    objective = None
-    if has_solution and xs[form.model.objective].varValue is not None:
-        values = [
-            round(x.varValue or 0.0) if v.is_bool else round((x.varValue or 0.0) * scale)
-            for x, v in zip(xs, form.model.vars, strict=True)
-        ]
-        objective = pulp.value(prob.objective) * scale
+    if not has_solution or xs[form.model.objective].varValue is None:
+        return BackendResult(Status.UNKNOWN)
+    values = [
+        round(x.varValue or 0.0) if v.is_bool else round((x.varValue or 0.0) * scale)
+        for x, v in zip(xs, form.model.vars, strict=True)
+    ]
+    objective = pulp.value(prob.objective) * scale
     proven = status == "Optimal" and sol_status in (None, pulp.LpSolutionOptimal)
-    if values is None:
-        return BackendResult("unknown", None, None, None)
-    return BackendResult(
-        "optimal" if proven else "feasible", values, objective, objective if proven else None
-    )
-
-
-def solve_cbc(
-    form: Formulation, *, time_limit, threads: int, seed: int, hint, relative_gap: float = 0.0
-) -> BackendResult:
-    with tempfile.TemporaryDirectory() as tmp:
-        log = os.path.join(tmp, "cbc.log")
-        solver = pulp.PULP_CBC_CMD(
-            msg=False,
-            gapRel=relative_gap,
-            timeLimit=time_limit,
-            threads=min(threads, CBC_MAX_THREADS),
-            warmStart=hint is not None,
-            # NOTE: CBC's preprocessing wrongly declares some of these models
-            # infeasible (seen on 2-layer chains HiGHS and CP-SAT solve), so it is off.
-            options=[
-                f"randomCbcSeed {seed + 1}",
-                f"integerTolerance {INTEGRALITY_TOLERANCE}",
-                "preprocess off",
-            ],
-            logPath=log,
-        )
-        # CBC overruns its own limit at the root (see solvers.watchdog).
-        kill_after = CBC_KILL_AFTER if time_limit is None else cbc_kill_after(time_limit)
-        with stop_children_after("cbc", time_limit, kill_after=kill_after) as watch:
-            try:
-                result = _run(form, solver, hint)
-            except pulp.PulpSolverError:
-                if signal.SIGKILL not in watch.sent:
-                    raise
-                return BackendResult("unknown", None, None, None)  # killed: no plan from CBC
-        if result.status == "feasible":
-            bound = None
-            with contextlib.suppress(OSError), open(log) as handle:
-                text = handle.read()
-                found = re.findall(r"best possible ([-0-9.e+]+)", text)
-                if found:
-                    bound = float(found[-1]) * max(1.0, form.model.horizon / MIP_HORIZON)
-            return BackendResult(result.status, result.values, result.objective, bound)
-        return result
-
-
-def solve_highs(
-    form: Formulation, *, time_limit, threads: int, seed: int, hint, relative_gap: float = 0.0
-) -> BackendResult:
-    solver = pulp.HiGHS(
-        gapRel=relative_gap,
-        msg=False,
-        timeLimit=time_limit,
-        threads=threads,
-        random_seed=seed,
-        mip_feasibility_tolerance=INTEGRALITY_TOLERANCE,
-    )
-    fresh_thread_pool()
-    return _run(form, solver, hint)
-
-
-def solve_gurobi(
-    form: Formulation, *, time_limit, threads: int, seed: int, hint, relative_gap: float = 0.0
-) -> BackendResult:
-    solver = pulp.GUROBI(
-        msg=False,
-        gapRel=relative_gap,
-        timeLimit=time_limit,
-        warmStart=hint is not None,
-        Threads=threads,
-        Seed=seed,
-    )
-    return _run(form, solver, hint)
-
-
-def solve_cplex(
-    form: Formulation, *, time_limit, threads: int, seed: int, hint, relative_gap: float = 0.0
-) -> BackendResult:
-    solver = pulp.CPLEX_PY(
-        msg=False,
-        gapRel=relative_gap,
-        timeLimit=time_limit,
-        warmStart=hint is not None,
-        threads=threads,
-    )
-    return _run(form, solver, hint)
+    if proven:
+        return BackendResult(Status.OPTIMAL, values, objective, objective)
+    return BackendResult(Status.FEASIBLE, values, objective, None)

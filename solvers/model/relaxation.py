@@ -32,8 +32,13 @@ plan must obey:
   bound valid.
 
 Any plan's actions satisfy all of these, so the program's optimum (or the
-MIP solver's proven bound under a time limit, or the LP bound when
+MIP solver's proven bound under a time or work limit, or the LP bound when
 `relax=True`) is at most the true optimum.
+
+Units: `solvers.model`'s policy, time in linear units and memory in units
+of the largest saved tensor. A work limit stops HiGHS at a point its
+work counter fixes (`solvers.backends.highs`), so a work-limited bound is
+the same on any machine.
 """
 
 from __future__ import annotations
@@ -43,7 +48,13 @@ import math
 import pulp
 
 from planopt.profile import Profile
-from solvers.highs import solve_with_highs
+from planopt.work import WorkMeter
+from solvers.backends.highs import solve_with_highs
+from solvers.model.units import horizon_seconds, linear_memory, time_scale
+
+# Building the program in PuLP costs about this many work units per layer
+# (about 3 ms a layer on GPT-48/96, measured), whatever the solve's limit.
+BUILD_UNITS_PER_LAYER = 3e-3
 
 
 def relaxation_bound(
@@ -51,13 +62,21 @@ def relaxation_bound(
     budget: float,
     *,
     time_limit: float | None = None,
+    work_limit: float | None = None,
     relax: bool = False,
     threads: int = 1,
+    meter: WorkMeter | None = None,
 ) -> float | None:
-    """A proven lower bound in seconds, or None if even the relaxation cannot fit `budget`."""
+    """A proven lower bound in seconds, or None if even the relaxation cannot fit `budget`.
+
+    `meter`, when given, is charged the work: building (`BUILD_UNITS_PER_LAYER`)
+    and solving.
+    """
     layers = profile.layers
     n = len(layers)
     dev = profile.device
+    if not horizon_seconds(profile) > 0:  # nothing takes time: the bound is T_ideal itself
+        return profile.t_ideal
     # Version 2: a layer's products that every plan's backward reads (its
     # internals, its output when B_i or B_{i+1} reads it) are what keeping it
     # holds and what swapping it copies at least (`copied`); a recompute block
@@ -65,22 +84,18 @@ def relaxation_bound(
     saves_in = [x.saves_input for x in layers] + [False]
     read = [x.saves_output or saves_in[i + 1] for i, x in enumerate(layers)]
     copied = [x.saved_bytes + (x.out_bytes if read[i] else 0) for i, x in enumerate(layers)]
-    # NOTE: rows mix bytes (~1e9) and seconds (~1e-3); unscaled, HiGHS's
-    # absolute tolerances returned "optima" above a feasible plan's makespan.
-    # Time is in units of T_ideal and memory in units of the largest tensor.
-    copies = [dev.d2h_seconds(c) + dev.h2d_seconds(c) for c in copied]
-    t_unit = max(profile.t_ideal, *copies)
-    if not t_unit > 1e-200:  # nothing takes time: the bound is T_ideal itself
-        return profile.t_ideal
-    m_unit = float(max([1, *(x.product_bytes for x in layers)]))
-    cap = (budget - profile.static_bytes) / m_unit
-    f = [layer.fwd / t_unit for layer in layers]
-    b = [layer.bwd / t_unit for layer in layers]
-    s = [c / m_unit for c in copied]
-    out = [x.out_bytes / m_unit for x in layers]
-    internals = [x.saved_bytes / m_unit for x in layers]
-    d_out = [dev.d2h_seconds(c) / t_unit for c in copied]
-    d_in = [dev.h2d_seconds(c) / t_unit for c in copied]
+    times = time_scale(profile)
+    t_unit = times.from_linear(1.0)  # seconds per linear unit
+    memory = linear_memory(profile)
+    cap = memory.capacity(budget, profile.static_bytes)
+    m_unit = memory.unit
+    f = [times.linear(layer.fwd) for layer in layers]
+    b = [times.linear(layer.bwd) for layer in layers]
+    s = [memory.units(c) for c in copied]
+    out = [memory.units(x.out_bytes) for x in layers]
+    internals = [memory.units(x.saved_bytes) for x in layers]
+    d_out = [times.linear(dev.d2h_seconds(c)) for c in copied]
+    d_in = [times.linear(dev.h2d_seconds(c)) for c in copied]
     # What B_t needs besides kept products below: what it reads, the gradients
     # g_t and g_{t+1}, every parameter gradient allocated so far, its scratch.
     backward_fixed = []
@@ -91,7 +106,7 @@ def relaxation_bound(
         reads = x.saved_bytes + (x.out_bytes if x.saves_output else 0)
         reads += layers[t - 1].out_bytes if t > 0 and x.saves_input else 0
         grads = x.input_grad_bytes + (layers[t + 1].input_grad_bytes if t + 1 < n else 0)
-        backward_fixed.append((reads + grads + param_grads + x.bwd_work_bytes) / m_unit)
+        backward_fixed.append(memory.units(reads + grads + param_grads + x.bwd_work_bytes))
     backward_fixed.reverse()
     forward_total = math.fsum(f)
     f_end = [math.fsum(f[: i + 1]) for i in range(n)]
@@ -102,7 +117,7 @@ def relaxation_bound(
     keep = [pulp.LpVariable(f"k{i}", 0, 1, cat) for i in range(n)]
     swap = [pulp.LpVariable(f"w{i}", 0, 1, cat) for i in range(n)]
     rec = [pulp.LpVariable(f"r{i}", 0, 1, cat) for i in range(n)]
-    makespan = pulp.LpVariable("T", lowBound=profile.t_ideal / t_unit)
+    makespan = pulp.LpVariable("T", lowBound=times.linear(profile.t_ideal))
     prob += makespan
     for i in range(n):
         prob += keep[i] + swap[i] + rec[i] == 1
@@ -155,7 +170,7 @@ def relaxation_bound(
         # Inside F_i: its input x_i (any action frees it no earlier than F_i's end),
         # its internals and output, its scratch, the kept products below i-1 and
         # the internals of i-1 when kept.
-        fixed = internals[i] + out[i] + layer.fwd_work_bytes / m_unit
+        fixed = internals[i] + out[i] + memory.units(layer.fwd_work_bytes)
         if layer.fwd > 0 and i == 0:
             # F_0's check has no decision in it: a constant, which PuLP refuses
             # as a constraint (and compares without tolerance).
@@ -177,7 +192,9 @@ def relaxation_bound(
                 below = below - out[i - 1] * (keep[i - 1] + swap[i - 1])
             prob += below + held + backward_fixed[i] <= cap
 
-    solve_with_highs(prob, timeLimit=time_limit, threads=threads)
+    solver = solve_with_highs(prob, work_limit=work_limit, timeLimit=time_limit, threads=threads)
+    if meter is not None:
+        meter.charge(BUILD_UNITS_PER_LAYER * n + solver.work(prob))
     status = pulp.LpStatus[prob.status]
     if status == "Infeasible":
         return None
@@ -198,7 +215,7 @@ def relaxation_bound(
             bound = None
     if bound is None:
         return profile.t_ideal
-    return max(profile.t_ideal, bound * t_unit * (1 - 1e-7))
+    return max(profile.t_ideal, times.from_linear(bound) * (1 - 1e-7))
 
 
 def _window_starts(top: int, n: int) -> list[int]:

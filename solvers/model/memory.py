@@ -1,0 +1,142 @@
+"""Memory: every tensor an interval on one cumulative resource of the budget's capacity.
+
+Spec v2, per layer `i`: its internals from `F_i` until freed (kept: the end
+of `B_i`; recomputed: the end of `F_i`; swapped: when both its copy out and
+`F_i` have ended), again from their copy back or recomputation to the end of
+`B_i`; its output `x_{i+1}` from `F_i` to its forward use (`F_{i+1}`) or, when
+held, to its last backward reader (`B_i`, else `B_{i+1}`, else the block of
+the run above, to the end of its first forward), again from its copy back or
+regeneration to that reader; the gradient `g_i` from `B_i` to the end of
+`B_{i-1}`; parameter gradients from `B_i` past the end of the step; and the
+forward, recomputation and backward scratch for the length of their
+operations. An interval that may last zero time occupies nothing then (free
+before allocate), as in the spec.
+"""
+
+from __future__ import annotations
+
+import math
+
+from planopt.profile import Profile
+from solvers.model.backward import BackwardTimes
+from solvers.model.decisions import DecisionVars
+from solvers.model.forward import ForwardTimes
+from solvers.model.ir import AndEq, Define, Interval, Lit, MaxEq, Model, neg, pos, var
+from solvers.model.reads import Reads
+from solvers.model.units import MemoryScale
+
+
+def add_memory(
+    m: Model,
+    profile: Profile,
+    budget: float,
+    scale: MemoryScale,
+    d: DecisionVars,
+    fwd: ForwardTimes,
+    bt: BackwardTimes,
+    f: list[int],
+    b: list[int],
+    reads: Reads,
+    after_end: int,
+) -> None:
+    """The memory intervals and the capacity (in `scale`'s exact units; -1: nothing fits).
+
+    `after_end`: a time one tick past the makespan, where parameter gradients
+    are freed (they are held to the end of the step, that instant included).
+    """
+    layers = profile.layers
+    n = len(layers)
+    m.capacity = max(-1, math.floor(scale.capacity(budget, profile.static_bytes)))
+    keep, swap, rec = d.keep, d.swap, d.rec
+    e = bt.end
+
+    def interval(
+        start: int,
+        end: int,
+        nbytes: int,
+        present: Lit | None,
+        min_len: int,
+        in_forward: bool = False,
+    ) -> None:
+        # min_len: the least the interval can last (0: it may vanish).
+        if nbytes > 0:
+            m.intervals.append(
+                Interval(start, end, scale.units(nbytes), present, in_forward, min_len == 0)
+            )
+
+    def both(a: Lit, b: Lit, name: str) -> Lit:
+        v = m.new_bool(name)
+        m.add(AndEq(v, (a, b)))
+        return pos(v)
+
+    for i, layer in enumerate(layers):
+        nxt = min(i + 1, n - 1)
+        last = i == n - 1
+        fwd_use = fwd.end[nxt]  # the output's forward use: F_{i+1} (F_i for the last layer)
+        f_pair = f[i] + (f[nxt] if nxt != i else 0)
+        # Internals: to B_i when kept, to the later of copy out and F_i when swapped.
+        if layer.saved_bytes > 0:
+            int_free = m.time(f"int{i}.free")
+            int_swapfree = m.time(f"int{i}.swapfree")
+            m.add(MaxEq(int_swapfree, ((var(fwd.out_end[i]), None), (var(fwd.end[i]), None))))
+            m.add(Define(int_free, var(e[i]), pos(keep[i])))
+            m.add(Define(int_free, var(fwd.end[i]), pos(rec[i])))
+            m.add(Define(int_free, var(int_swapfree), pos(swap[i])))
+            interval(fwd.start[i], int_free, layer.saved_bytes, None, f[i], in_forward=True)
+            back = reads.back_internal[i] + b[i]
+            interval(bt.back_start[i], e[i], layer.saved_bytes, pos(swap[i]), back)
+            interval(bt.rec_start[i], e[i], layer.saved_bytes, pos(rec[i]), f[i] + b[i])
+        # The output: its last backward reader is B_i, else B_{i+1}, else the
+        # block above (which reads it to the end of its first forward).
+        if reads.saves_output[i]:
+            reader: int | None = e[i]
+        elif reads.saves_input[i + 1]:
+            reader = e[i + 1]
+        elif not last:
+            reader = bt.rec_end[i + 1]  # read only when layer i+1 is recompute
+        else:
+            reader = None
+        out_free = m.time(f"out{i}.free")
+        m.add(Define(out_free, var(fwd_use), pos(rec[i])))
+        swap_free = m.time(f"out{i}.swapfree")
+        m.add(MaxEq(swap_free, ((var(fwd.out_end[i]), None), (var(fwd_use), None))))
+        if reads.read_always(i):
+            m.add(Define(out_free, var(reader), pos(keep[i])))
+            m.add(Define(out_free, var(swap_free), pos(swap[i])))
+            back_present: Lit | None = pos(swap[i])
+        elif reader is not None:  # read only by the block above, if i+1 is recompute
+            kept_read = both(pos(keep[i]), pos(rec[i + 1]), f"keepread{i}")
+            kept_unread = both(pos(keep[i]), neg(rec[i + 1]), f"keepunread{i}")
+            m.add(Define(out_free, var(reader), kept_read))
+            m.add(Define(out_free, var(fwd_use), kept_unread))
+            back_present = both(pos(swap[i]), pos(rec[i + 1]), f"swapread{i}")
+            swap_unread = both(pos(swap[i]), neg(rec[i + 1]), f"swapunread{i}")
+            m.add(Define(out_free, var(swap_free), back_present))
+            m.add(Define(out_free, var(fwd_use), swap_unread))
+        else:  # the last layer's output with no reader
+            m.add(Define(out_free, var(fwd_use), pos(keep[i])))
+            m.add(Define(out_free, var(fwd_use), pos(swap[i])))
+            back_present = None
+        interval(fwd.start[i], out_free, layer.out_bytes, None, f_pair, in_forward=True)
+        if back_present is not None and reader is not None:
+            interval(bt.back_start[i], reader, layer.out_bytes, back_present, 0)
+        # Regenerated in a block: the output to its last reader (B_i, else
+        # B_{i+1}), else to the end of its forward use in the block.
+        regen_free = m.time(f"regen{i}.free")
+        if reads.saves_output[i]:
+            m.add(Define(regen_free, var(e[i]), None))
+        elif reads.saves_input[i + 1]:
+            m.add(Define(regen_free, var(e[i + 1]), None))
+        elif last:
+            m.add(Define(regen_free, var(bt.rec_end[i]), None))
+        else:
+            m.add(Define(regen_free, var(bt.rec_end[i + 1]), pos(rec[i + 1])))
+            m.add(Define(regen_free, var(bt.rec_end[i]), neg(rec[i + 1])))
+        interval(bt.rec_start[i], regen_free, layer.out_bytes, pos(rec[i]), 0)
+        interval(fwd.start[i], fwd.end[i], layer.fwd_work_bytes, None, f[i], in_forward=True)
+        interval(bt.rec_start[i], bt.rec_end[i], layer.fwd_work_bytes, pos(rec[i]), f[i])
+        interval(bt.start[i], e[i], layer.bwd_work_bytes, None, b[i])
+        # Gradients: g_i from B_i to the end of B_{i-1}; parameter gradients to the end.
+        if i > 0:
+            interval(bt.start[i], e[i - 1], layer.input_grad_bytes, None, b[i] + b[i - 1])
+        interval(bt.start[i], after_end, layer.param_grad_bytes, None, 1)
