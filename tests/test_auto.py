@@ -37,8 +37,8 @@ def test_small_nets_are_solved_exactly():
     profile = random_chain(8, seed=3)
     low = planopt.min_budget(profile)
     budget = low + 0.3 * (planopt.keep_all_peak(profile) - low)
-    sol = planopt.solve(profile, budget, "auto", time_limit=60)
-    exact = planopt.solve(profile, budget, "exact", time_limit=60)
+    sol = planopt.solve(profile, budget, "auto", work_limit=30)
+    exact = planopt.solve(profile, budget, "exact", work_limit=30)
     assert sol.message.startswith("auto: used exact")
     assert sol.status is Status.OPTIMAL
     assert sol.makespan == pytest.approx(exact.makespan, rel=1e-9)
