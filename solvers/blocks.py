@@ -13,7 +13,14 @@ from __future__ import annotations
 from planopt.blocks import find_blocks
 from planopt.problem import Problem
 from planopt.result import SolverOutput
-from solvers.lns import WINDOW_WORK, bounded, check_options, finish, layer_phases
+from solvers.lns import (
+    RECOMPUTE_SHARE,
+    WINDOW_WORK,
+    bounded,
+    check_options,
+    finish,
+    layer_phases,
+)
 from solvers.search.bounds import relaxation_lower_bound
 from solvers.search.driver import search
 from solvers.search.engine import Incumbent
@@ -45,7 +52,8 @@ def blocks(
     window, window_work = check_options(window, window_work)
     structure = find_blocks(problem.profile, rtol=rtol, use_signatures=use_signatures)
     problem = bounded(problem)
-    starts = portfolio(problem, share=STARTERS_SHARE_WITH_BLOCKS if structure.found else 0.5)
+    share = STARTERS_SHARE_WITH_BLOCKS if structure.found else 0.5
+    starts = portfolio(problem, share=share, recompute_share=RECOMPUTE_SHARE)
     if starts.best is None:
         return starts.no_start("blocks")
     bound = relaxation_lower_bound(problem) if lower_bound else None

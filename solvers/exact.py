@@ -40,7 +40,6 @@ from planopt.registry import Role
 from planopt.result import SolverOutput, Status
 from planopt.work import WorkMeter
 from solvers import backends
-from solvers.backends import Backend
 from solvers.exact_search import (
     OPTIMALITY_GAP,
     add_objective_floor,
@@ -48,7 +47,6 @@ from solvers.exact_search import (
     charge_model,
     finish,
     probe_relaxation_bound,
-    run,
     search,
     search_threads,
     work_share,
@@ -64,12 +62,9 @@ DEFAULT_MAX_LAYERS = 200
 # limit returns the best start (the greedy takes 0.15 s at 162 layers).
 STARTS_WORK = 5.0
 STARTS_GRACE = 0.5
-# The recompute-only optimum as a start for the joint space: this share of the
-# work left, at most RECOMPUTE_START_WORK units (proving it took 0.01-0.02 units
-# on the bundled nets of 11-21 layers, up to 14 on random 32-48-layer chains,
-# where the cap leaves the best plan found).
+# The recompute-only optimum (remat-dp) as a start for the joint space: this
+# share of the work left.
 RECOMPUTE_START_SHARE = 0.1
-RECOMPUTE_START_WORK = 1.0
 # The relaxation bound gets this share of the work left, at most RELAXATION_WORK.
 RELAXATION_SHARE = 0.1
 RELAXATION_WORK = 5.0
@@ -153,29 +148,22 @@ def _incumbent(problem: Problem, plans: list[Plan], with_swap_wait: bool):
     return best
 
 
-def _recompute_only_start(
-    problem: Problem, backend: Backend, plans: list[Plan], with_swap_wait: bool
-) -> list[Plan]:
-    """The recompute-only optimum (or the best plan found on its work share), as a start
-    for a wider space.
+def _recompute_only_start(problem: Problem) -> list[Plan]:
+    """The recompute-only optimum (`remat-dp`, or its best plan on its work share), as a
+    start for the joint space.
 
-    NOTE: the keep/recompute model has no copy-back queue to decide, so a
-    back-end solves it in a fraction of the joint model's work (0.02 units
-    on resnet50-blocks at 50%, against 2.5 to prove the joint optimum, which
-    is the same plan); a joint search stopped early returned 18.3% over
-    T_ideal there, where this start alone gives 16.6%.
+    NOTE: a joint search stopped early returned 18.3% over T_ideal on
+    resnet50-blocks at 50% (v1), where the recompute-only optimum alone gives
+    16.6%. The dynamic program proves that optimum in milliseconds on nets
+    the exact model takes (experiments/results/remat_dp.md), in exact bytes;
+    the MIP on the keep/recompute model took up to 14 units on 32-48 layers.
     """
-    if problem.expired() or not affordable(problem, backend, problem.n, can_swap=False):
+    from solvers.remat_dp import seed_joint
+
+    if problem.expired():
         return []
-    form = build(problem.profile, problem.budget, actions=(KEEP, RECOMPUTE), with_swap_wait=False)
-    charge_model(problem, form)
-    start = _incumbent(problem, [p for p in plans if SWAP not in p.actions], with_swap_wait)
-    hint = None if start is None else evaluate(form, form.decisions(start[1]))
-    work = work_share(problem, RECOMPUTE_START_SHARE, RECOMPUTE_START_WORK)
-    result = run(backend, problem, form, work=work, threads=1, hint=hint, gap=OPTIMALITY_GAP)
-    if result.values is None:
-        return []
-    return [form.decode(lambda v: result.values[v])]
+    seeded = seed_joint(problem, share=RECOMPUTE_START_SHARE)
+    return [] if seeded is None else [seeded[0]]
 
 
 def _relaxation_bound(problem: Problem) -> float | None:
@@ -269,7 +257,7 @@ def solve_exact(
     target = relaxed * (1 + OPTIMALITY_GAP)
     source, searched = "a warm start", "a search"
     if joint and (incumbent is None or incumbent[0] > target):
-        plans += _recompute_only_start(problem, record, plans, with_swap_wait)
+        plans += _recompute_only_start(problem)
         incumbent = _incumbent(problem, plans, with_swap_wait)
     if incumbent is not None and incumbent[0] > target and joint and with_swap_wait:
         work = work_share(problem, POLISH_SHARE, POLISH_WORK)

@@ -88,10 +88,10 @@ def remat_dp(problem: Problem) -> SolverOutput:
 def seed_joint(problem: Problem, *, share: float = 0.25) -> tuple[Plan, float] | None:
     """The recompute-only optimum as a warm start and upper bound for the joint search.
 
-    NOTE (for `exact` and `blocks`; not wired here while the exact model is
-    being restructured). Every keep/recompute plan is a joint plan, so its
-    makespan bounds the joint optimum from above: hand the plan to the
-    back-end as a hint (`warm_start=`) and cap its objective there. Given
+    NOTE (used by `exact` and `blocks`). Every keep/recompute plan is a joint
+    plan, so its makespan bounds the joint optimum from above: the plan joins
+    their starts, the incumbent the back-end is hinted with and whose
+    makespan caps its objective. Given
     `share` of the work and time left; returns `(plan, makespan)`, or None
     when no keep/recompute plan fits or the share ran out first. It is not a
     registered starter: on transformer chains of 300-600 layers it takes

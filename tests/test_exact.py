@@ -257,7 +257,7 @@ def test_caller_warm_start_is_used_and_checked():
         # Each stops at its work limit, mid-search: the stopping point must not move.
         ("exact", "cpsat", "vgg16-b128-pipedream", 3.0),
         ("swap-only", "cpsat", "resnet50-blocks-b128-a100-pcie4-roofline", 2.0),
-        ("exact", "highs", (7, 2), 3.5),
+        ("exact", "highs", (7, 2), 2.5),
         ("exact", "cbc", (6, 1), 1.5),
     ],
 )

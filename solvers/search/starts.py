@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from planopt import registry
 from planopt.budget import min_memory_plan
-from planopt.plan import Plan
+from planopt.plan import KEEP, RECOMPUTE, Plan
 from planopt.problem import Problem
 from planopt.registry import Space, in_space
 from planopt.result import SolverOutput, Status
@@ -63,9 +63,11 @@ def portfolio(
     *,
     given: Plan | None = None,
     share: float = 0.5,
+    recompute_share: float = 0.0,
 ) -> Portfolio:
     """The fitting starts of `space` (see the module doc), the starters given `share`
-    of the work and time left between them.
+    of the work and time left between them; with `recompute_share` > 0 also the
+    recompute-only optimum (`remat-dp`, on that share of what is left after them).
 
     NOTE: on the biggest nets the greedy alone would take a whole limit
     (GPT-96 at 30%: 5.9 s); a partly-improved greedy plan still fits (the
@@ -92,6 +94,12 @@ def portfolio(
             label = f"{name} plan" + (" (stopped by its limit)" if out.stopped else "")
             candidates.append((out.plan, label))
     candidates.append((min_memory_plan(problem.profile), "minimum-memory plan"))
+    if recompute_share > 0 and in_space((KEEP, RECOMPUTE), space):
+        from solvers.remat_dp import seed_joint
+
+        seeded = seed_joint(problem, share=recompute_share)
+        if seeded is not None:
+            candidates.append((seeded[0], "recompute-only optimum (remat-dp)"))
     starts: list[tuple[float, int, Start]] = []
     for order, (plan, source) in enumerate(candidates):
         if not in_space(plan.actions, space):
