@@ -41,8 +41,9 @@ from torch.autograd.graph import saved_tensors_hooks
 from tqdm import tqdm
 
 from planopt.errors import PlanoptError, where
-from planopt.profile import Device, Layer, Profile
+from planopt.profile import Device, Profile
 from planopt.runtime.chain import Chain, LossFn
+from planopt.runtime.counts import Counts, autocast_note, chain_layers, check_autocast
 from planopt.runtime.link import measure_cuda_link
 from planopt.runtime.memory import static_bytes
 from planopt.runtime.steps import BackwardSteps
@@ -118,7 +119,7 @@ class TrainingStep:
         bwd = [clock.seconds(b_start[t], b_end[t]) for t in range(n)]
         return fwd, bwd
 
-    def counted(self, probe: MemoryProbe, lives: LiveMemory) -> _Counts:
+    def counted(self, probe: MemoryProbe, lives: LiveMemory) -> Counts:
         """The counting step: products, gradients and scratch of every layer.
 
         `probe` measures scratch (the allocator on CUDA, else `lives`);
@@ -127,7 +128,7 @@ class TrainingStep:
         """
         n = self.n
         chain = self.chain
-        counts = _Counts(n)
+        counts = Counts(n)
         static = static_keys(chain, (self.x, self.y))
         live: dict[int, weakref.ref] = {}  # products of earlier layers, while they live
         b_start = [0] * n
@@ -229,22 +230,6 @@ def _check_output(chain: Chain, i: int, x: torch.Tensor, out: torch.Tensor, stat
 
 def _identity(t: torch.Tensor) -> torch.Tensor:
     return t
-
-
-class _Counts:
-    """What the counting step measured, per layer."""
-
-    def __init__(self, n: int) -> None:
-        self.out = [0] * n
-        self.saved = [0] * n
-        self.saves_input = [False] * n
-        self.saves_output = [False] * n
-        self.input_grad = [0] * n
-        self.param_grad = [0] * n
-        self.fwd_work = [0] * n
-        self.bwd_work = [0] * n
-        self.shapes: list[tuple[tuple[int, ...], str]] = []
-        self.seed = 0  # the gradient backward() seeds the loss with
 
 
 def _source(
@@ -391,48 +376,7 @@ def profile(
     )
 
 
-def chain_layers(
-    chain: Chain, counts: _Counts, fwd: list[float], bwd: list[float]
-) -> tuple[Layer, ...]:
-    """The profile's layers: measured (or estimated) times beside the counted products."""
-    layers = []
-    for i in range(len(chain)):
-        sig = chain.signatures[i]
-        shape, dtype = counts.shapes[i]
-        layers.append(
-            Layer(
-                name=chain.names[i],
-                fwd=fwd[i],
-                bwd=bwd[i],
-                out_bytes=counts.out[i],
-                saved_bytes=counts.saved[i],
-                saves_input=counts.saves_input[i],
-                saves_output=counts.saves_output[i],
-                input_grad_bytes=counts.input_grad[i],
-                param_grad_bytes=counts.param_grad[i],
-                fwd_work_bytes=counts.fwd_work[i],
-                bwd_work_bytes=counts.bwd_work[i],
-                signature=None if sig is None else f"{sig}|in={dtype}{list(shape)}",
-            )
-        )
-    return tuple(layers)
-
-
-def autocast_note(autocast: torch.dtype | None) -> str:
-    if autocast is None:
-        return ""
-    name = str(autocast).removeprefix("torch.")
-    return f" Mixed precision: each layer's forward under torch.autocast({name})."
-
-
-def check_autocast(autocast: torch.dtype | None) -> None:
-    if autocast not in (None, torch.bfloat16, torch.float16):
-        raise ValueError(
-            f"autocast must be None, torch.bfloat16 or torch.float16, got {autocast!r}"
-        )
-
-
-def _counting_step(run: TrainingStep, chain: Chain, device, batch, optimizer) -> _Counts:
+def _counting_step(run: TrainingStep, chain: Chain, device, batch, optimizer) -> Counts:
     """The counting step under the device's memory probe (allocator or tracker)."""
     tracker = LiveMemory(device.type)
     tracker.track_model(chain, batch, optimizer)
