@@ -24,7 +24,7 @@ from planopt.budget import keep_all_peak, min_budget
 from planopt.errors import InvalidProfileError
 from planopt.schedule import OpKind
 from planopt.zoo import A100_PCIE4, bert_base, gpt, ops, resnet50, vgg16
-from planopt.zoo.build import PROFILES_DIR, ZOO, main, render, rendered
+from planopt.zoo.build import PROFILES_DIR, SUPERSEDED, ZOO, main, render, rendered
 from planopt.zoo.chain import (
     Group,
     Network,
@@ -40,7 +40,9 @@ from planopt.zoo.transformer import BLOCK_OPS
 
 @pytest.fixture(scope="module")
 def zoo() -> dict[str, planopt.Profile]:
-    return {entry.name: entry.profile() for entry in ZOO}
+    # The bundled hand-written files and the descriptions of models now traced
+    # from the real ones (planopt.runtime.bundle): the operator rules on both.
+    return {entry.name: entry.profile() for entry in ZOO + SUPERSEDED}
 
 
 def _layer(profile: planopt.Profile, name: str) -> planopt.Layer:
@@ -586,7 +588,7 @@ def test_planning_matters_for_every_zoo_profile(zoo):
 def test_every_saved_tensor_is_counted_once(zoo):
     """The bytes some backward reads are the distinct tensors the operators save
     (by identity, each once), and keep-all holds exactly those when the forward ends."""
-    for entry in ZOO:
+    for entry in ZOO + SUPERSEDED:
         net = entry.network()
         saved = {t.key: t for g in net.groups for op in g.ops for t in op.saves if not t.static}
         total = sum(t.nbytes for t in saved.values())

@@ -15,11 +15,20 @@ from collections.abc import Sequence
 
 from planopt import __version__
 from planopt.bundled import bundled_profile_names
-from planopt.cli import demo, experiment, methods, run_check, show, simulate, solve
+from planopt.cli import (
+    demo,
+    experiment,
+    methods,
+    profile_model,
+    run_check,
+    show,
+    simulate,
+    solve,
+)
 from planopt.cli.common import EXIT_BAD_INPUT, EXIT_OK, Run
 from planopt.errors import PlanoptError
 
-COMMANDS = (simulate, solve, show, methods, demo, experiment, run_check)
+COMMANDS = (simulate, solve, show, methods, demo, experiment, run_check, profile_model)
 
 EXIT_CODES = """\
 exit codes:

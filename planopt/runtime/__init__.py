@@ -6,6 +6,7 @@
     executor = Executor(chain, plan, profile=prof, loss_fn=loss_fn)
     executor(x, y).backward()                                  # one step under the plan
     measure(chain, plan, (x, y), loss_fn, profile=prof)        # what the plan really costs
+    trace_profile(chain, (x, y), loss_fn, gpu="h100-pcie")     # no GPU: fake tensors, roofline
 
 `measure` reads memory from outside the executor: the CUDA caching
 allocator, or on CPU the live-storage tracker (`LiveMemory`). `check` puts
@@ -17,6 +18,7 @@ The planner never imports this package: `import planopt` works without torch.
 from planopt.runtime.chain import Chain, module_signature
 from planopt.runtime.check import CheckReport, check, format_check
 from planopt.runtime.executor import Executor, StepStats, check_plan
+from planopt.runtime.fake import trace_profile
 from planopt.runtime.link import measure_cuda_link
 from planopt.runtime.measure import Measurement, measure, plain_step_seconds
 from planopt.runtime.memory import StaticBytes, static_bytes
@@ -48,4 +50,5 @@ __all__ = [
     "profile",
     "reference_model",
     "static_bytes",
+    "trace_profile",
 ]

@@ -83,7 +83,9 @@ class _Head(nn.Module):
         return self.head(self.norm(h))
 
 
-def _gpt2(vocab: int, d: int, heads: int, layers: int, seq: int) -> Chain:
+def gpt2_chain(
+    vocab: int, d: int, heads: int, layers: int, seq: int, positions: int | None = None
+) -> Chain:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     config = GPT2Config(
@@ -91,7 +93,7 @@ def _gpt2(vocab: int, d: int, heads: int, layers: int, seq: int) -> Chain:
         n_embd=d,
         n_head=heads,
         n_layer=layers,
-        n_positions=seq,
+        n_positions=positions or seq,
         bos_token_id=None,
         eos_token_id=None,
     )
@@ -109,13 +111,22 @@ def _gpt2(vocab: int, d: int, heads: int, layers: int, seq: int) -> Chain:
     )
 
 
-def _llama(vocab: int, d: int, heads: int, kv_heads: int, layers: int, seq: int) -> Chain:
+def llama_chain(
+    vocab: int,
+    d: int,
+    heads: int,
+    kv_heads: int,
+    layers: int,
+    seq: int,
+    intermediate: int | None = None,
+    tie: bool = False,
+) -> Chain:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
         vocab_size=vocab,
         hidden_size=d,
-        intermediate_size=4 * d,
+        intermediate_size=intermediate or 4 * d,
         num_attention_heads=heads,
         num_key_value_heads=kv_heads,
         num_hidden_layers=layers,
@@ -123,6 +134,7 @@ def _llama(vocab: int, d: int, heads: int, kv_heads: int, layers: int, seq: int)
         bos_token_id=None,
         eos_token_id=None,
         pad_token_id=None,
+        tie_word_embeddings=tie,
     )
     config._attn_implementation = "sdpa"
     model = LlamaForCausalLM(config)
@@ -133,6 +145,51 @@ def _llama(vocab: int, d: int, heads: int, kv_heads: int, layers: int, seq: int)
         prefix=body.embed_tokens,
         suffix=_Head(body.norm, model.lm_head),
         block_signature=f"llama-block(d={d},heads={heads},kv={kv_heads},seq={seq})",
+        prefix_name="embed",
+        suffix_name="head",
+    )
+
+
+class _Encoder(nn.Module):
+    """An encoder layer called as its model calls it, with no attention mask."""
+
+    def __init__(self, layer: nn.Module) -> None:
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        out = self.layer(h)
+        return out[0] if isinstance(out, tuple) else out
+
+
+class _BertEmbed(nn.Module):
+    def __init__(self, embeddings: nn.Module) -> None:
+        super().__init__()
+        self.embeddings = embeddings
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.embeddings(input_ids=ids)
+
+
+def bert_chain(vocab: int, d: int, heads: int, layers: int, seq: int) -> Chain:
+    """BERT masked LM: embeddings, one layer per encoder layer, the MLM head (tied decoder)."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    config = BertConfig(
+        vocab_size=vocab,
+        hidden_size=d,
+        num_attention_heads=heads,
+        num_hidden_layers=layers,
+        intermediate_size=4 * d,
+        max_position_embeddings=max(512, seq),
+    )
+    config._attn_implementation = "sdpa"
+    model = BertForMaskedLM(config)
+    return Chain.from_blocks(
+        [_Encoder(layer) for layer in model.bert.encoder.layer],
+        prefix=_BertEmbed(model.bert.embeddings),
+        suffix=model.cls,
+        block_signature=f"bert-layer(d={d},heads={heads},seq={seq})",
         prefix_name="embed",
         suffix_name="head",
     )
@@ -152,7 +209,7 @@ def hf_model(name: str, size: str = "tiny", *, seed: int = 0) -> ReferenceModel:
     batch = cfg.pop("batch")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        chain = _gpt2(**cfg) if name == "gpt2" else _llama(**cfg)
+        chain = gpt2_chain(**cfg) if name == "gpt2" else llama_chain(**cfg)
     vocab, seq = cfg["vocab"], cfg["seq"]
 
     def make(gen: torch.Generator, b: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -41,8 +41,9 @@ from torch.autograd.graph import saved_tensors_hooks
 from tqdm import tqdm
 
 from planopt.errors import PlanoptError, where
-from planopt.profile import Device, Layer, Profile
+from planopt.profile import Device, Profile
 from planopt.runtime.chain import Chain, LossFn
+from planopt.runtime.counts import Counts, autocast_note, chain_layers, check_autocast
 from planopt.runtime.link import measure_cuda_link
 from planopt.runtime.memory import static_bytes
 from planopt.runtime.steps import BackwardSteps
@@ -66,12 +67,32 @@ class ChainError(PlanoptError, ValueError):
     """A chain layer does something the cost model cannot describe."""
 
 
-class _Run:
+class TrainingStep:
     """One training step of the chain, layer by layer, with optional probes."""
 
-    def __init__(self, chain: Chain, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn) -> None:
+    def __init__(
+        self,
+        chain: Chain,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        loss_fn: LossFn,
+        autocast: torch.dtype | None = None,
+    ) -> None:
         self.chain, self.x, self.y, self.loss_fn = chain, x, y, loss_fn
         self.n = len(chain)
+        self.autocast = autocast
+
+    def layer(self, i: int, h: torch.Tensor) -> torch.Tensor:
+        """Layer `i`'s forward, under autocast when mixed precision is asked for.
+
+        NOTE: autocast is entered per layer, as a plan's executor would run a
+        layer: its cache of cast weights is dropped at each layer's end, so a
+        cast weight outlives its layer only where the layer saves it.
+        """
+        if self.autocast is None:
+            return self.chain.run_layer(i, h, self.y, self.loss_fn)
+        with torch.autocast(h.device.type, dtype=self.autocast):
+            return self.chain.run_layer(i, h, self.y, self.loss_fn)
 
     def timed(self, clock: Clock) -> tuple[list[float], list[float]]:
         """Per-layer forward and backward seconds of one step."""
@@ -89,7 +110,7 @@ class _Run:
         steps = BackwardSteps(n, issue, end)
         h = self.x
         for i in range(n):
-            h = self.chain.run_layer(i, h, self.y, self.loss_fn)
+            h = self.layer(i, h)
             marks.append(clock.mark())
             steps.watch(i, h)
         h.backward()
@@ -98,7 +119,7 @@ class _Run:
         bwd = [clock.seconds(b_start[t], b_end[t]) for t in range(n)]
         return fwd, bwd
 
-    def counted(self, probe: MemoryProbe, lives: LiveMemory) -> _Counts:
+    def counted(self, probe: MemoryProbe, lives: LiveMemory) -> Counts:
         """The counting step: products, gradients and scratch of every layer.
 
         `probe` measures scratch (the allocator on CUDA, else `lives`);
@@ -107,7 +128,7 @@ class _Run:
         """
         n = self.n
         chain = self.chain
-        counts = _Counts(n)
+        counts = Counts(n)
         static = static_keys(chain, (self.x, self.y))
         live: dict[int, weakref.ref] = {}  # products of earlier layers, while they live
         b_start = [0] * n
@@ -152,7 +173,7 @@ class _Run:
             start = probe.current()
             probe.reset_peak()
             with saved_tensors_hooks(pack, _identity):
-                out = chain.run_layer(i, h, self.y, self.loss_fn)
+                out = self.layer(i, h)
             grown = probe.peak() - start
             _check_output(chain, i, h, out, static)
             saves.classify(out)
@@ -189,7 +210,7 @@ class _Run:
 
 def _alive(ref: weakref.ref, key: int) -> bool:
     storage = ref()
-    return storage is not None and storage.data_ptr() == key
+    return storage is not None and storage._cdata == key
 
 
 def _check_output(chain: Chain, i: int, x: torch.Tensor, out: torch.Tensor, static) -> None:
@@ -209,22 +230,6 @@ def _check_output(chain: Chain, i: int, x: torch.Tensor, out: torch.Tensor, stat
 
 def _identity(t: torch.Tensor) -> torch.Tensor:
     return t
-
-
-class _Counts:
-    """What the counting step measured, per layer."""
-
-    def __init__(self, n: int) -> None:
-        self.out = [0] * n
-        self.saved = [0] * n
-        self.saves_input = [False] * n
-        self.saves_output = [False] * n
-        self.input_grad = [0] * n
-        self.param_grad = [0] * n
-        self.fwd_work = [0] * n
-        self.bwd_work = [0] * n
-        self.shapes: list[tuple[tuple[int, ...], str]] = []
-        self.seed = 0  # the gradient backward() seeds the loss with
 
 
 def _source(
@@ -276,6 +281,7 @@ def profile(
     grads_to_none: bool = False,
     name: str = "chain",
     progress: bool | None = None,
+    autocast: torch.dtype | None = None,
 ) -> Profile:
     """The measured `Profile` of `chain` on `sample_batch` (see the module docstring).
 
@@ -285,6 +291,8 @@ def profile(
     `optimizer.zero_grad()` does by default; the model then over-predicts,
     see the README); False (default): they are kept and zeroed in place.
     `progress`: a tqdm bar on stderr (None: only on a terminal).
+    `autocast`: mixed precision (`torch.bfloat16` or `torch.float16`), each
+    layer's forward under `torch.autocast` (the backward follows the dtypes).
     """
     if not isinstance(chain, Chain):
         raise TypeError(f"chain must be a planopt.runtime.Chain, got {type(chain).__name__}")
@@ -292,6 +300,7 @@ def profile(
         raise ValueError(f"iterations must be an integer >= 1, got {iterations!r}")
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"warmup must be an integer >= 0, got {warmup!r}")
+    check_autocast(autocast)
     x, y = sample_batch
     if device is None:
         device = next((p.device for p in chain.parameters()), x.device)
@@ -310,7 +319,7 @@ def profile(
     else:
         link_note = f"given by the caller ({link.name})"
 
-    run = _Run(chain, x, y, loss_fn)
+    run = TrainingStep(chain, x, y, loss_fn, autocast)
     clock = Clock(device)
     n = len(chain)
     fwd: list[list[float]] = [[] for _ in range(n)]
@@ -351,36 +360,23 @@ def profile(
             loss_bytes=counts.out[n - 1] + counts.seed,
         )
 
-    layers = []
-    for i in range(n):
-        sig = chain.signatures[i]
-        shape, dtype = counts.shapes[i]
-        layers.append(
-            Layer(
-                name=chain.names[i],
-                fwd=statistics.median(fwd[i]),
-                bwd=statistics.median(bwd[i]),
-                out_bytes=counts.out[i],
-                saved_bytes=counts.saved[i],
-                saves_input=counts.saves_input[i],
-                saves_output=counts.saves_output[i],
-                input_grad_bytes=counts.input_grad[i],
-                param_grad_bytes=counts.param_grad[i],
-                fwd_work_bytes=counts.fwd_work[i],
-                bwd_work_bytes=counts.bwd_work[i],
-                signature=None if sig is None else f"{sig}|in={dtype}{list(shape)}",
-            )
-        )
+    layers = chain_layers(
+        chain,
+        counts,
+        [statistics.median(f) for f in fwd],
+        [statistics.median(b) for b in bwd],
+    )
     return Profile(
         name=name,
         device=link,
         static_bytes=static.total,
-        layers=tuple(layers),
-        source=_source(device, iterations, warmup, link_note, static.note, grads_to_none),
+        layers=layers,
+        source=_source(device, iterations, warmup, link_note, static.note, grads_to_none)
+        + autocast_note(autocast),
     )
 
 
-def _counting_step(run: _Run, chain: Chain, device, batch, optimizer) -> _Counts:
+def _counting_step(run: TrainingStep, chain: Chain, device, batch, optimizer) -> Counts:
     """The counting step under the device's memory probe (allocator or tracker)."""
     tracker = LiveMemory(device.type)
     tracker.track_model(chain, batch, optimizer)

@@ -25,13 +25,18 @@ from torch import nn
 
 from planopt.runtime.tracker import device_nbytes
 
-# Storage identity: the data pointer of the untyped storage. Safe as a key
-# while the storage is referenced, which is the case wherever a key is kept
-# (the holder keeps a tensor over the storage alive).
+# NOTE (storage identity): the address of the C++ storage (`StorageImpl`),
+# not its data pointer, so that fake tensors (`FakeTensorMode`, whose storages
+# have no data: every data pointer is 0) are told apart exactly as real ones
+# are, and the same classification serves the real profiler and the fake one.
+# Safe as a key while the storage is referenced, which is the case wherever a
+# key is kept (the holder keeps a tensor over the storage alive). An empty
+# storage has key 0, as before: nothing to count or place.
 
 
 def storage_key(t: torch.Tensor) -> int:
-    return t.untyped_storage().data_ptr()
+    storage = t.untyped_storage()
+    return storage._cdata if storage.nbytes() else 0
 
 
 def storage_nbytes(t: torch.Tensor) -> int:

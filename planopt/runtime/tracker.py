@@ -31,6 +31,7 @@ place with `UntypedStorage.resize_`; none of planopt's models does either.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import math
 import weakref
 from collections.abc import Iterable, Iterator
@@ -59,9 +60,27 @@ class Category(StrEnum):
     HOST = "host copies"  # not device memory: outside the total
 
 
+# NOTE (fake tensors): under `FakeTensorMode` a storage lives on `meta` and its
+# tensors on a fake device; `tracing_for("cuda")` (planopt.runtime.fake) makes
+# every size the target device's, so a trace on fake CPU tensors counts what
+# the GPU's allocator would hand out.
+_TARGET: contextvars.ContextVar[str | None] = contextvars.ContextVar("target", default=None)
+
+
+@contextlib.contextmanager
+def tracing_for(device_type: str) -> Iterator[None]:
+    """Sizes inside are those of `device_type` (a fake trace of that device)."""
+    token = _TARGET.set(device_type)
+    try:
+        yield
+    finally:
+        _TARGET.reset(token)
+
+
 def device_bytes(nbytes: int, device: torch.device) -> int:
     """Bytes `nbytes` take on `device`: CUDA rounds up to its allocator's blocks."""
-    if device.type == "cuda" and nbytes:
+    kind = _TARGET.get() or device.type
+    if kind == "cuda" and nbytes:
         return math.ceil(nbytes / CUDA_BLOCK) * CUDA_BLOCK
     return nbytes
 
@@ -214,7 +233,7 @@ class LiveMemory(TorchDispatchMode):
     def track(self, tensors: Iterable[Any], category: Category) -> None:
         """Count the storages of `tensors` (pre-existing ones) under `category`."""
         for t in tensors:
-            if isinstance(t, torch.Tensor) and t.device.type == self.device_type:
+            if isinstance(t, torch.Tensor):
                 self._relabel(t.untyped_storage(), category)
         self._update_peak()
 
@@ -269,7 +288,7 @@ class LiveMemory(TorchDispatchMode):
             category = Category.ACTIVATION
         flat, _ = tree_flatten(out)
         for t in flat:
-            if isinstance(t, torch.Tensor) and t.device.type == self.device_type:
+            if isinstance(t, torch.Tensor):
                 self._add(t.untyped_storage(), category)
         self._update_peak()
         return out

@@ -1,0 +1,119 @@
+"""`planopt profile-model NAME --batch N --gpu GPU --dtype bf16 -o out.json`: a real
+model's `/2` profile without a GPU.
+
+The model is built from its published configuration under torch's
+`FakeTensorMode` (no weights, no data) and one training step is traced
+(`planopt.runtime.fake.trace_profile`): memory exactly as the runtime
+profiler counts it, times by roofline on the named GPU (estimates, and the
+profile's source says so). torch is imported only when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from planopt.cli.args import check_output_path, positive_int
+from planopt.cli.common import EXIT_OK, AddCommand
+from planopt.errors import PlanoptError
+from planopt.hardware import GPUS
+from planopt.report import human_bytes
+
+# Kept here (not imported from planopt.runtime.catalogue) so `--help` needs no torch;
+# a test checks the two lists agree.
+MODEL_NAMES = (
+    "torchvision:resnet50",
+    "torchvision:vgg16",
+    "hf:gpt2",
+    "hf:gpt2-medium",
+    "hf:llama-1b",
+    "hf:bert-base",
+)
+DTYPES = ("bf16", "fp16", "fp32")
+
+
+class ProfileModelError(PlanoptError, ValueError):
+    """An option `profile-model` cannot honour for this model."""
+
+
+def register(command: AddCommand) -> None:
+    gpus = ", ".join(n for g in GPUS.values() for n in (g.name, *g.aliases))
+    p = command(
+        "profile-model",
+        "write the planopt.profile/2 of a real model at a real batch size for a named GPU, "
+        "without a GPU (memory traced exactly with fake tensors, times estimated by roofline)",
+        run,
+    )
+    p.add_argument("model", metavar="NAME", help=f"one of: {', '.join(MODEL_NAMES)}")
+    p.add_argument(
+        "--batch", type=positive_int, help="samples per step (default: the model's usual one)"
+    )
+    p.add_argument(
+        "--seq", type=positive_int, help="tokens per sample, hf: models only (default: theirs)"
+    )
+    p.add_argument("--gpu", default="h100-pcie", help=f"one of: {gpus} (default: h100-pcie)")
+    p.add_argument(
+        "--dtype",
+        default="bf16",
+        choices=DTYPES,
+        help="bf16/fp16: autocast mixed precision; fp32: none (default: bf16)",
+    )
+    p.add_argument(
+        "--grads-to-none",
+        action="store_true",
+        help="parameter gradients set to None between steps (zero_grad's default)",
+    )
+    p.add_argument("--name", help="the profile's name (default: from model, batch, GPU, dtype)")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="profile JSON to write")
+
+
+def run(args: argparse.Namespace) -> int:
+    from planopt.hardware import gpu
+
+    record = gpu(args.gpu)
+    if args.model not in MODEL_NAMES:
+        raise ProfileModelError(
+            f"model must be one of {', '.join(MODEL_NAMES)}, got {args.model!r}"
+        )
+    if args.seq is not None and not args.model.startswith("hf:"):
+        raise ProfileModelError(
+            f"--seq applies to hf: models only, got --seq {args.seq} for {args.model}"
+        )
+    check_output_path(args.output, "--output")
+    started = time.perf_counter()
+
+    import torch
+
+    from planopt.io import save_profile
+    from planopt.runtime.catalogue import build_fake, catalogue_model
+    from planopt.runtime.fake import trace_profile
+
+    model = catalogue_model(args.model)
+    batch = args.batch or model.batch
+    autocast = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}[args.dtype]
+    seq = "" if model.seq is None else f"-s{args.seq or model.seq}"
+    name = args.name or (
+        f"{args.model.split(':', 1)[1]}-b{batch}{seq}-{record.name}-{args.dtype}-traced"
+    )
+    built = build_fake(args.model, batch, args.seq)
+    profile = trace_profile(
+        built.chain,
+        built.batch,
+        built.loss_fn,
+        gpu=record,
+        autocast=autocast,
+        grads_to_none=args.grads_to_none,
+        name=name,
+    )
+    save_profile(profile, args.output)
+    activations = sum(layer.out_bytes + layer.saved_bytes for layer in profile.layers)
+    step = sum(layer.fwd + layer.bwd for layer in profile.layers)
+    print(
+        f"{args.output}: {name}, {len(profile.layers)} layers, static "
+        f"{human_bytes(profile.static_bytes)}, activations {human_bytes(activations)}, "
+        f"estimated step {step * 1e3:.1f} ms on {record.name} "
+        f"(traced in {time.perf_counter() - started:.1f} s)",
+        file=sys.stdout,
+    )
+    return EXIT_OK

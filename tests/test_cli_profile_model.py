@@ -1,0 +1,96 @@
+"""`planopt profile-model`: a real model's /2 profile, written without a GPU; bad input exits 2.
+
+Output sizes are checked against tensor shapes worked out by hand from the
+published architectures (ResNet-50's stem output is 64 x 56 x 56 per image,
+GPT-2's residual stream d_model = 768 per token, fp32 under autocast).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+from planopt import cli  # noqa: E402
+from planopt.cli.profile_model import MODEL_NAMES  # noqa: E402
+from planopt.io import load_profile  # noqa: E402
+from planopt.runtime.catalogue import MODELS  # noqa: E402
+from planopt.runtime.hf import hf_available  # noqa: E402
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_the_help_lists_every_catalogue_model():
+    assert tuple(MODELS) == MODEL_NAMES
+
+
+def test_resnet50_profile_has_the_architectures_sizes(capsys, tmp_path):
+    out_file = tmp_path / "r50.json"
+    code, out, err = run(
+        capsys,
+        "profile-model",
+        "torchvision:resnet50",
+        "--batch",
+        "2",
+        "--gpu",
+        "h100-pcie",
+        "--dtype",
+        "bf16",
+        "-o",
+        str(out_file),
+    )
+    assert code == 0, err
+    prof = load_profile(out_file)
+    names = [layer.name for layer in prof.layers]
+    assert names[0] == "stem" and names[-1] == "head" and len(names) == 18
+    assert prof.name == "resnet50-b2-h100-pcie5-bf16-traced"
+    by_name = {layer.name: layer for layer in prof.layers}
+    # bf16 activations: the stem's output is 2 x 64 x 56 x 56, layer4's 2 x 2048 x 7 x 7.
+    assert by_name["stem"].out_bytes == 2 * 64 * 56 * 56 * 2
+    assert by_name["layer4.2"].out_bytes == 2 * 2048 * 7 * 7 * 2
+    assert prof.device.name == "h100-pcie5"
+    assert "ESTIMATES" in prof.source and "bfloat16" in prof.source
+    assert all(layer.fwd > 0 and layer.bwd > 0 for layer in prof.layers)
+    assert str(out_file) in out
+
+
+@pytest.mark.skipif(not hf_available(), reason="needs transformers (the models extra)")
+def test_gpt2_profile_at_a_chosen_sequence_length(capsys, tmp_path):
+    out_file = tmp_path / "gpt2.json"
+    code, _, err = run(
+        capsys, "profile-model", "hf:gpt2", "--batch", "1", "--seq", "32", "-o", str(out_file)
+    )
+    assert code == 0, err
+    prof = load_profile(out_file)
+    assert len(prof.layers) == 1 + 12 + 1
+    # The residual stream stays fp32 under autocast: 1 x 32 x 768 x 4 bytes per block.
+    assert {layer.out_bytes for layer in prof.layers[1:-1]} == {32 * 768 * 4}
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["hf:gpt5"], "model must be one of torchvision:resnet50"),
+        (["torchvision:resnet50", "--seq", "128"], "--seq applies to hf: models only"),
+        (["torchvision:resnet50", "--gpu", "v100"], "gpu must be one of"),
+        (["torchvision:resnet50", "--batch", "0"], "must be an integer >= 1"),
+        (["torchvision:resnet50", "--dtype", "int8"], "invalid choice"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, argv, message):
+    code, _, err = run(capsys, "profile-model", *argv, "-o", str(tmp_path / "p.json"))
+    assert code == 2
+    assert err.startswith("planopt: error:") and message in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_missing_output_folder_is_refused(capsys, tmp_path):
+    target = tmp_path / "no" / "p.json"
+    code, _, err = run(capsys, "profile-model", "torchvision:resnet50", "-o", str(target))
+    assert code == 2 and "--output folder must exist" in err
