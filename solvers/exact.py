@@ -95,9 +95,9 @@ def _check_size(problem: Problem, max_layers: int) -> None:
         raise SolverOptionError(
             f"method 'exact': the net must have at most max_layers={max_layers} layers (the "
             f"model grows with L^2), got {problem.n}; to allow it pass max_layers={problem.n} "
-            f"to planopt.solve (the command line takes no method options yet), or plan a net "
-            f"this size with method 'lns' or 'auto' (--method lns) and bound its optimum with "
-            f"method 'lower-bound'"
+            f"to planopt.solve (--option max_layers={problem.n} on the command line), or plan a "
+            f"net this size with method 'lns' or 'auto' (--method lns) and bound its optimum "
+            f"with method 'lower-bound'"
         )
 
 
