@@ -68,6 +68,9 @@ def solve(
     top. With no binding time limit, the same inputs, seed and work limit
     give the same plan.
     """
+    # NOTE: the limit counts from here, so the minimum budget and the budget's own
+    # arithmetic are inside it (10^5 layers: seconds before any method starts).
+    started = time.monotonic()
     profile = resolve_profile(profile)
     bytes_budget = parse_budget(budget, profile)
     limit = check_time_limit(time_limit)
@@ -80,8 +83,6 @@ def solve(
     spec.check_options(options)
     check_option_types(spec.name, fn, options)
     minimum = min_budget(profile)
-
-    started = time.monotonic()
     if bytes_budget < minimum:
         return Solution(
             plan=None,

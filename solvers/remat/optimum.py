@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solvers.remat.bounds import CompletionBound
+from solvers.remat.bounds import BoundStopped, CompletionBound
 from solvers.remat.chain import ChainModel
 from solvers.remat.labels import Found, LabelSearch, SearchStats
 from solvers.remat.minpeak import MinPeak, min_peak
@@ -58,7 +58,10 @@ def solve_room(
     """The plan saving the most forward time whose peak is at most `static + room`."""
     if room < model.pg_total:
         return Optimum(None, True, -np.inf, 0, None)
-    bound = CompletionBound(model, room, charge)
+    try:
+        bound = CompletionBound(model, room, charge, expired)
+    except BoundStopped:  # the limit came first (10^4 layers: seconds to build)
+        return Optimum(None, False, np.inf, 0, None)
     upper = bound.root()
     if upper == -np.inf:  # not even the relaxation fits
         return Optimum(None, True, upper, 0, None)

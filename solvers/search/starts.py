@@ -86,6 +86,10 @@ def portfolio(
         candidates.append((given.for_profile(problem.profile), "caller's plan"))
     greedy_out: SolverOutput | None = None
     for name in registry.starters():
+        if limited.out_of_time():
+            # The share's time ran out (10^5 layers: a second or more per starter); the
+            # minimum-memory plan below still gives a start when it fits.
+            break
         spec = registry.get(name)
         out: SolverOutput = spec.load()(limited)
         if spec.role is registry.Role.HEURISTIC:
