@@ -10,7 +10,12 @@ running to the end; no clock is read.
 
 from __future__ import annotations
 
-from planopt.random_chain import random_chain
+import dataclasses
+import time
+
+import planopt
+from planopt.blocks import find_blocks
+from planopt.random_chain import random_chain, repeated_chain
 from solvers.remat.bounds import WORK_PER_SWEPT_NODE
 from solvers.remat.chain import ChainModel
 from solvers.remat.optimum import solve_room
@@ -26,3 +31,80 @@ def test_the_recompute_only_bound_stops_when_the_limit_has_passed():
     # At most the one sweep under way when the limit was seen (the bound alone sweeps
     # at least three times, then the search charges its own).
     assert sum(charged) <= model.n * WORK_PER_SWEPT_NODE
+
+
+def test_the_time_limit_counts_from_solves_door(monkeypatch):
+    """The minimum budget is computed inside the limit (seconds at 10^5 layers)."""
+    import planopt.api as api
+
+    seen: dict[str, float] = {}
+    real_min_budget, real_problem = api.min_budget, api.Problem
+
+    def min_budget(profile):
+        seen["min_budget_at"] = time.monotonic()
+        return real_min_budget(profile)
+
+    def problem(**kwargs):
+        seen["deadline"] = kwargs["deadline"]
+        return real_problem(**kwargs)
+
+    monkeypatch.setattr(api, "min_budget", min_budget)
+    monkeypatch.setattr(api, "Problem", problem)
+    api.solve(random_chain(20, seed=0), "50%", "greedy", time_limit=100.0)
+    assert seen["deadline"] - 100.0 <= seen["min_budget_at"]
+
+
+def _repeated(period: int, copies: int) -> planopt.Profile:
+    base = random_chain(period, seed=0)
+    layers = repeated_chain(base.layers, copies)
+    return dataclasses.replace(base, name=f"repeated-{period}x{copies}", layers=layers)
+
+
+def test_find_blocks_stops_when_asked():
+    profile = _repeated(4, 20)
+    assert find_blocks(profile).found
+    calls: list[int] = []
+
+    def stop() -> bool:
+        calls.append(1)
+        return True
+
+    stopped = find_blocks(profile, stop=stop)
+    assert calls and not stopped.found
+    assert len(set(stopped.keys)) == len(stopped.keys)  # no layer compared: no repeat
+
+
+def test_the_relaxation_is_not_solved_when_its_build_ran_past_the_limit(monkeypatch):
+    from solvers.model import relaxation
+
+    solved: list[int] = []
+
+    def solve(*args, **kwargs):
+        solved.append(1)
+        raise AssertionError("the deadline had passed: nothing to solve")
+
+    monkeypatch.setattr(relaxation, "solve_with_highs", solve)
+    profile = random_chain(300, seed=0)
+    budget = planopt.budget_from_fraction(profile, 0.5)
+    bound = relaxation.relaxation_bound(profile, budget, time_limit=1e-9, relax=True)
+    assert bound == profile.t_ideal and not solved
+
+
+def test_block_levels_are_built_when_the_search_reaches_them(monkeypatch):
+    from solvers.search import repeats
+
+    structure = find_blocks(_repeated(3, 40))
+    built: list[int] = []
+    real = repeats.block_level
+
+    def block_level(s, level):
+        built.append(level)
+        return real(s, level)
+
+    monkeypatch.setattr(repeats, "block_level", block_level)
+    phases = repeats.block_phases(structure, 0, 0.1)
+    assert built == [0]  # the finer levels wait for the search
+    names = [name for name, _ in phases]
+    assert "blocks level 1" in names and names.index("blocks level 1") > names.index(
+        "blocks level 0"
+    )
