@@ -112,6 +112,8 @@ def _warm_starts(problem: Problem, actions: Sequence[Action], given: Plan | None
     if given is not None:
         plans.append(given.for_profile(problem.profile))
     for name in [*registry.by_role(Role.BASELINE), "greedy"]:
+        if problem.out_of_time():
+            break  # 10^4 layers: seconds per starter; the minimum-memory plan still comes
         plan = registry.get(name).load()(problem).plan
         if plan is not None:
             plans.append(plan)
