@@ -108,3 +108,18 @@ def test_block_levels_are_built_when_the_search_reaches_them(monkeypatch):
     assert "blocks level 1" in names and names.index("blocks level 1") > names.index(
         "blocks level 0"
     )
+
+
+def test_min_budget_does_not_simulate_its_witness(monkeypatch):
+    """Every solve computes the minimum budget inside its limit: the bound alone (the
+    witness only says whether it is exact; simulating it took 2 s at 10^5 layers)."""
+    from planopt.simulate import Scorer
+
+    profile = random_chain(50, seed=0)
+    expected = planopt.min_budget(profile)
+
+    def no_simulation(self, plan):
+        raise AssertionError("min_budget simulated a plan")
+
+    monkeypatch.setattr(Scorer, "score_plan", no_simulation)
+    assert planopt.min_budget(profile) == expected

@@ -171,6 +171,8 @@ class CompletionBound:
     def _sweep(self, prices: np.ndarray) -> None:
         """`G` and `N` of every node for these prices: one pass from the top down."""
         model, room, n = self.model, self.room, self.n
+        if self._expired():  # before the tables (10^5 layers: hundreds of MB, seconds)
+            raise BoundStopped
         self._charge(n * WORK_PER_SWEPT_NODE)
         self.prices = prices
         width = len(prices)
