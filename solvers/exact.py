@@ -144,6 +144,8 @@ def _incumbent(problem: Problem, plans: list[Plan], with_swap_wait: bool):
     for plan in plans:
         if not with_swap_wait and any(w is not None for w in plan.swap_wait):
             continue
+        if best is not None and problem.out_of_time():
+            break  # one that fits is enough once the time is out (10^5 layers: 1 s a plan)
         makespan, peak = problem.scorer.score_plan(plan)
         if problem.fits(peak) and (best is None or makespan < best[0]):
             best = (makespan, plan)
