@@ -6,8 +6,9 @@ Run from the repository root (under `nice`: it keeps the cores busy for minutes)
     python -m experiments.bench_limits --sizes 1000 --methods greedy --output /tmp/t.md
 
 Each row is one `planopt.solve` of a seeded random chain (`random_chain(L,
-seed=0)`, family mixed; static 2% of the activations at 10^6 layers) at a 50% budget with `--time-limit` seconds (5 by
-default; `max_layers=L` where a method has that option). The wall time is
+seed=0)`, family mixed; static 2% of the activations at 10^6 layers) at a
+50% budget with `--time-limit` seconds (5 by default; `max_layers=L` where
+a method has that option). The wall time is
 measured around the whole call, setup included (minimum budget, problem
 building, the method's own preparation, the final re-simulation): that is
 what a user waits for. The promise checked: wall <= limit * 1.1 + 1 s. The
