@@ -92,6 +92,35 @@ def measure(method: str, profile: planopt.Profile, budget: str, limit: float) ->
     return Row(method, n, budget, limit, wall, cpu, load, solution.status.value, note)
 
 
+FINDINGS = (
+    "## What ran past the limit, and why (issue 16)",
+    "",
+    "Measured with this script on the same shared 2-core machine (load 13-17) before "
+    "each fix, 5 s limit: lower-bound 22.7 s at 10^3 layers (HiGHS's solution vector "
+    "re-read for every variable: quadratic); blocks 9.1 s, auto 12.2 s, swap-only 11.4 s "
+    "at 10^4; at 10^5 greedy 9.9 s, exact 22.6 s, lns 15.9 s, blocks 29.5 s, auto 15.7 s, "
+    "swap-only 14.6 s, recompute-only 7.9 s. The time went where no deadline was looked "
+    "at: `solve()` started its clock after the minimum budget (whose witness plan was "
+    "simulated for nothing: 2.4 s at 10^5); the recompute-only seed's completion bound "
+    "(seconds of table building); `find_blocks` (all of it), every finer block level "
+    "built before the search; every starter run and every start scored after the "
+    "deadline; the relaxation's model building (quadratic prefix sums, then PuLP); and "
+    "after the method, building the plan (validation that formatted a message per "
+    "layer: 1-2 s at 10^5) and re-simulating it on a fresh scorer. Each now looks at "
+    "the deadline or is gone, and the method's deadline keeps back the time the final "
+    "re-scoring takes (2e-5 s a layer, at most half the limit).",
+    "",
+    "What is left: a method's steps are whole-chain simulations (about 1 s of CPU at "
+    "10^5 layers, 5-10 s at 10^6) and the deadline is looked at between them, and some "
+    "work comes before any method can start or after it stops (reading a `50%` budget "
+    "simulates keep-all; the returned plan is re-simulated). With the cores shared by "
+    "a load of 13-17 each CPU second costs about three seconds of wall time: the "
+    "10^6-layer greedy at 50% used 21 s of CPU on its 30 s limit and 61 s of wall time. "
+    "The `CPU` column is the figure a machine of its own would see.",
+    "",
+)
+
+
 def table(rows: list[Row]) -> list[str]:
     out = [
         "| method | L | budget | limit | wall | allowed | within | CPU | load | status | plan |",
@@ -164,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         *table(rows),
         "",
+        *FINDINGS,
     ]
     args.output.write_text("\n".join(text), encoding="utf-8")
     print(f"wrote {args.output}", file=sys.stderr)
