@@ -33,8 +33,10 @@ DEFAULT_OUTPUT = Path(__file__).parent / "results" / "work_limits.md"
 
 
 def timed(profile, budget, method, work):
+    # Methods that cap the net's size (exact's max_layers) are told this net's size.
+    options = {"max_layers": len(profile.layers)} if "max_layers" in registry.get(method).options() else {}
     began = time.perf_counter()
-    sol = planopt.solve(profile, budget, method, work_limit=work, seed=0)
+    sol = planopt.solve(profile, budget, method, work_limit=work, seed=0, **options)
     return sol, time.perf_counter() - began
 
 
