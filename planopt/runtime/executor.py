@@ -33,7 +33,7 @@ from torch.autograd.graph import saved_tensors_hooks
 
 from planopt.errors import InvalidPlanError, ProfileMismatchError, where
 from planopt.plan import Plan
-from planopt.profile import Profile
+from planopt.profile import Device, Profile
 from planopt.runtime.chain import Chain, LossFn
 from planopt.runtime.layers import LayerState, unpack
 from planopt.runtime.recompute import ForwardState, buffers_unchanged, capture, replay
@@ -231,6 +231,9 @@ class Executor(nn.Module):
     model output. `profile` (required when the plan swaps or recomputes)
     says which layers read their input or output in backward; with
     `verify`, the first step checks every layer's products against it.
+    `link` (CPU only) emulates the host link: copies run on host threads
+    and last `latency + bytes / bandwidth` (`ThreadCopies`); without it CPU
+    copies end when they are made.
     """
 
     def __init__(
@@ -241,6 +244,7 @@ class Executor(nn.Module):
         profile: Profile | None = None,
         loss_fn: LossFn | None = None,
         verify: bool = True,
+        link: Device | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(chain, Chain):
@@ -259,6 +263,9 @@ class Executor(nn.Module):
                 "of this chain): who reads each layer's output decides what is copied and "
                 "where a recompute block runs"
             )
+        if link is not None and not isinstance(link, Device):
+            raise TypeError(f"link must be a planopt.Device, got {type(link).__name__}")
+        self.link = link
         self._verify = profile is not None and verify
         self._engines: dict[torch.device, CopyEngine] = {}
         self._step: Step | None = None
@@ -267,8 +274,18 @@ class Executor(nn.Module):
     def _engine(self, device: torch.device) -> CopyEngine:
         engine = self._engines.get(device)
         if engine is None:
-            engine = self._engines[device] = copy_engine(device)
+            engine = self._engines[device] = copy_engine(device, self.link)
         return engine
+
+    @property
+    def engines(self) -> dict[torch.device, CopyEngine]:
+        """The copy engines used so far, by device (a `ThreadCopies` keeps `records`)."""
+        return dict(self._engines)
+
+    def synchronize(self) -> None:
+        """Return when every copy enqueued so far has ended (the step's makespan)."""
+        for engine in self._engines.values():
+            engine.synchronize()
 
     def forward(self, x: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor:
         if self.loss_fn is not None and target is None:
@@ -341,8 +358,7 @@ class Executor(nn.Module):
         return None
 
     def release_host_memory(self) -> None:
-        """Free the pinned host buffers kept for reuse across steps (CUDA)."""
+        """Free what the copy engines keep across steps: pinned buffers (CUDA), threads."""
         for engine in self._engines.values():
-            pool = getattr(engine, "pool", None)
-            if pool is not None:
-                pool.clear()
+            engine.close()
+        self._engines.clear()
