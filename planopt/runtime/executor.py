@@ -109,12 +109,12 @@ class Step:
         n = len(layers)
         h = self.x
         for i in range(n):
+            at(f"F_{i}")
             for w in sched.waiters.get(i, ()):
                 self.copies.wait_out(layers[w].host)  # swap_wait: F_i after the copy out of w
             if i in sched.run_starts:
                 with host_memory():
                     self.states[i] = capture(self.device)
-            at(f"F_{i}")
             layer = layers[i]
             layer.start_forward(h)
             with saved_tensors_hooks(layer.pack, unpack):
