@@ -3,26 +3,32 @@
 `ThreadCopies(link)` runs a D2H and an H2D worker thread, each taking its
 queue's copies one at a time in FIFO order. A copy starts at the latest of
 its enqueue, the end of the previous copy of its queue and (a copy back)
-the end of its own copy out, as the spec says; it does the real copy, then
-waits until `start + transfer_latency + bytes / bandwidth` before it is
-marked done. The compute thread waits on that mark exactly where the
-schedule (`planopt.runtime.swap.Copies`) makes it wait, so a plan's stalls
-on CPU are those the simulator predicts for the link.
+the end of its own copy out, as the spec says; the worker does the real
+copy, then waits out `start + transfer_latency + bytes / bandwidth` before
+it releases the copy's sources and marks it done. The compute thread waits
+for a copy exactly where the schedule (`planopt.runtime.swap.Copies`) makes
+it wait, until the copy's end, so a plan's stalls on CPU are those the
+simulator predicts for the link.
 
-NOTE (start instants): a copy's start is computed from the recorded
-instants (enqueue, the previous end, its copy out's end), not read when the
-worker wakes, so a late wake-up on a loaded machine delays only that copy's
-real work, never the modelled end of the copies queued behind it. A real
-copy slower than the link (a link faster than memory) ends late; `records`
-shows it (`late`).
+NOTE (modelled instants): a copy's end is `max(modelled end, end of the
+real copy)`, computed when the real copy is done; the next copy of the
+queue starts from it, and a waiting compute thread sleeps until it itself.
+Nothing on the critical path waits for a worker to wake up: on a loaded
+machine a sleeping thread wakes milliseconds late, and chaining those
+wake-ups (worker, then compute thread, then the next copy) made copies end
+5-10 ms late each on the 2-core machine of `experiments/bench_fidelity_time.py`.
+A real copy slower than the link (a link faster than memory) still delays
+its queue and its readers. `records` keeps, per copy, the modelled start
+and end and when the worker really marked it done (`late`).
 
 NOTE (memory): buffers are allocated on the compute thread (host buffers
 inside `host_memory()`, so the live-storage tracker files them outside the
 device peak; device buffers for a copy back when it is enqueued). A worker
-holds the source of a copy out until the copy's modelled end, so a swapped
-storage is freed at the later of the end of its copy out and the end of its
-forward use, the spec's instant. Its release is then seen on the worker
-thread, which is why the tracker takes a lock.
+holds the sources of a copy out until the copy's end, so a swapped storage
+is freed at the later of the end of its copy out and the end of its forward
+use, the spec's instant (a worker's late wake-up frees it later, never
+earlier). Its release is then seen on the worker thread, which is why the
+tracker takes a lock.
 """
 
 from __future__ import annotations
@@ -50,13 +56,13 @@ class CopyRecord:
     issued: str  # where the step was when the copy was enqueued (`F_3`, `B_5`)
     enqueued: float
     start: float  # the modelled start: max(enqueued, previous end, own copy out's end)
-    modelled_end: float  # start + latency + nbytes / bandwidth
-    end: float  # when it was marked done (>= modelled_end)
+    modelled_end: float  # max(start + latency + nbytes / bandwidth, end of the real copy)
+    end: float  # when the worker marked it done (released its sources)
     copy_seconds: float  # the real copy's own time
 
     @property
     def late(self) -> float:
-        """Seconds past the modelled end (worker wake-up, or a copy slower than the link)."""
+        """Seconds the worker marked the copy done past its end (a late wake-up)."""
         return self.end - self.modelled_end
 
 
@@ -78,6 +84,7 @@ class WaitRecord:
 class _Job:
     __slots__ = (
         "after",
+        "copied",
         "direction",
         "done",
         "dsts",
@@ -85,8 +92,10 @@ class _Job:
         "enqueued",
         "issued",
         "layer",
+        "modelled_end",
         "nbytes",
         "srcs",
+        "start",
     )
 
     def __init__(self, direction, dsts, srcs, after, layer) -> None:
@@ -98,8 +107,9 @@ class _Job:
         self.nbytes = sum(d.numel() * d.element_size() for d in dsts)
         self.issued = current_where()
         self.enqueued = time.perf_counter()
-        self.end = math.nan
-        self.done = threading.Event()
+        self.start = self.modelled_end = self.end = math.nan
+        self.copied = threading.Event()  # the real copy is done; `modelled_end` is known
+        self.done = threading.Event()  # the worker released the sources
 
 
 class ThreadCopies(Copies):
@@ -139,9 +149,12 @@ class ThreadCopies(Copies):
     def _wait(self, job: _Job | None) -> None:
         if job is None:
             return
-        if not job.done.is_set():
-            start = time.perf_counter()
-            job.done.wait()
+        start = time.perf_counter()
+        if not job.copied.is_set() or job.modelled_end > start:
+            job.copied.wait()
+            remaining = job.modelled_end - time.perf_counter()
+            if remaining > 0:
+                time.sleep(remaining)
             self.waits.append(
                 WaitRecord(job.direction, job.layer, current_where(), start, time.perf_counter())
             )
@@ -183,24 +196,25 @@ class ThreadCopies(Copies):
                 previous_end = self._run(job, previous_end)
             except BaseException as exc:  # reported to the compute thread at its next call
                 self._error = exc
-                job.end = time.perf_counter()
+                job.modelled_end = job.end = time.perf_counter()
+                job.copied.set()
                 job.done.set()
             finally:
                 q.task_done()
 
     def _run(self, job: _Job, previous_end: float) -> float:
-        if job.after is not None:
-            job.after.done.wait()
-        start = max(
-            job.enqueued, previous_end, job.after.end if job.after is not None else -math.inf
-        )
+        after = job.after
+        if after is not None:
+            after.copied.wait()
+        job.start = max(job.enqueued, previous_end, after.modelled_end if after else -math.inf)
         began = time.perf_counter()
         with torch.no_grad():
             for dst, src in zip(job.dsts, job.srcs, strict=True):
                 dst.copy_(src)
         copied = time.perf_counter()
-        modelled_end = start + self.duration(job.direction, job.nbytes)
-        remaining = modelled_end - time.perf_counter()
+        job.modelled_end = max(job.start + self.duration(job.direction, job.nbytes), copied)
+        job.copied.set()
+        remaining = job.modelled_end - time.perf_counter()
         if remaining > 0:
             time.sleep(remaining)
         # The sources are released at the copy's end (a copy out's storage may
@@ -214,14 +228,14 @@ class ThreadCopies(Copies):
                 job.nbytes,
                 job.issued,
                 job.enqueued,
-                start,
-                modelled_end,
+                job.start,
+                job.modelled_end,
                 job.end,
                 copied - began,
             )
         )
         job.done.set()
-        return job.end
+        return job.modelled_end
 
     def _check(self) -> None:
         if self._error is not None:
