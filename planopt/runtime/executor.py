@@ -232,8 +232,9 @@ class Executor(nn.Module):
     says which layers read their input or output in backward; with
     `verify`, the first step checks every layer's products against it.
     `link` (CPU only) emulates the host link: copies run on host threads
-    and last `latency + bytes / bandwidth` (`ThreadCopies`); without it CPU
-    copies end when they are made.
+    and last `latency + bytes / bandwidth` (`ThreadCopies`), on the wall
+    clock or (`link_clock="thread"`) on the compute thread's CPU time plus its
+    waits; without it CPU copies end when they are made.
     """
 
     def __init__(
@@ -245,6 +246,7 @@ class Executor(nn.Module):
         loss_fn: LossFn | None = None,
         verify: bool = True,
         link: Device | None = None,
+        link_clock: str = "wall",
     ) -> None:
         super().__init__()
         if not isinstance(chain, Chain):
@@ -266,6 +268,7 @@ class Executor(nn.Module):
         if link is not None and not isinstance(link, Device):
             raise TypeError(f"link must be a planopt.Device, got {type(link).__name__}")
         self.link = link
+        self.link_clock = link_clock
         self._verify = profile is not None and verify
         self._engines: dict[torch.device, CopyEngine] = {}
         self._step: Step | None = None
@@ -274,7 +277,7 @@ class Executor(nn.Module):
     def _engine(self, device: torch.device) -> CopyEngine:
         engine = self._engines.get(device)
         if engine is None:
-            engine = self._engines[device] = copy_engine(device, self.link)
+            engine = self._engines[device] = copy_engine(device, self.link, self.link_clock)
         return engine
 
     @property

@@ -252,8 +252,10 @@ class CudaCopies(Copies):
         self.pool.clear()
 
 
-def copy_engine(device: torch.device, link: Device | None = None) -> CopyEngine:
-    """`CudaCopies` on CUDA; on CPU `ThreadCopies` with a `link`, else `SyncCopies`."""
+def copy_engine(
+    device: torch.device, link: Device | None = None, clock: str = "wall"
+) -> CopyEngine:
+    """`CudaCopies` on CUDA; on CPU `ThreadCopies` with a `link` (on `clock`), else `SyncCopies`."""
     if device.type == "cuda":
         if link is not None:
             raise ValueError(
@@ -264,5 +266,5 @@ def copy_engine(device: torch.device, link: Device | None = None) -> CopyEngine:
     if link is not None:
         from planopt.runtime.threadcopies import ThreadCopies  # imports this module
 
-        return ThreadCopies(link)
+        return ThreadCopies(link, clock)
     return SyncCopies()

@@ -21,6 +21,19 @@ A real copy slower than the link (a link faster than memory) still delays
 its queue and its readers. `records` keeps, per copy, the modelled start
 and end and when the worker really marked it done (`late`).
 
+NOTE (clocks): `clock="wall"` (default) runs the link on `time.perf_counter`.
+On a machine shared with other processes the compute thread's wall time
+stretches with their load while the emulated copies do not, so copies
+overlap more compute than they would on an idle machine. `clock="thread"`
+runs the link on the compute thread's own clock instead: its CPU time
+(`time.thread_time`) plus the time it has waited for copies. A copy starts
+and ends on that clock; a compute thread that waits sleeps the modelled
+remainder and its clock advances by exactly that. The schedule is then the
+one the simulator computes from a profile timed on the same clock
+(`profile(..., timer="thread")`), whatever the load; the step's time on that
+clock is its CPU time plus its waits (`waits`). Copies' records are on the
+engine's clock; `late` is meaningful on the wall clock only.
+
 NOTE (memory): buffers are allocated on the compute thread (host buffers
 inside `host_memory()`, so the live-storage tracker files them outside the
 device peak; device buffers for a copy back when it is enqueued). A worker
@@ -44,6 +57,8 @@ import torch
 from planopt.profile import Device
 from planopt.runtime.swap import Copies, Direction
 from planopt.runtime.tracker import current_where
+
+CLOCKS = ("wall", "thread")
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +113,7 @@ class _Job:
         "start",
     )
 
-    def __init__(self, direction, dsts, srcs, after, layer) -> None:
+    def __init__(self, direction, dsts, srcs, after, layer, enqueued: float) -> None:
         self.direction = direction
         self.dsts = dsts
         self.srcs = srcs
@@ -106,7 +121,7 @@ class _Job:
         self.layer = layer
         self.nbytes = sum(d.numel() * d.element_size() for d in dsts)
         self.issued = current_where()
-        self.enqueued = time.perf_counter()
+        self.enqueued = enqueued
         self.start = self.modelled_end = self.end = math.nan
         self.copied = threading.Event()  # the real copy is done; `modelled_end` is known
         self.done = threading.Event()  # the worker released the sources
@@ -117,10 +132,14 @@ class ThreadCopies(Copies):
 
     streams = False
 
-    def __init__(self, link: Device) -> None:
+    def __init__(self, link: Device, clock: str = "wall") -> None:
         if not isinstance(link, Device):
             raise TypeError(f"link must be a planopt.Device, got {type(link).__name__}")
+        if clock not in CLOCKS:
+            raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
         self.link = link
+        self.clock = clock
+        self._waited = 0.0  # the compute thread's waits so far (clock "thread")
         self.records: list[CopyRecord] = []
         self.waits: list[WaitRecord] = []
         self._queues: dict[Direction, queue.Queue] = {}
@@ -132,6 +151,12 @@ class ThreadCopies(Copies):
         bw = self.link.d2h_bandwidth if direction is Direction.D2H else self.link.h2d_bandwidth
         return self.link.transfer_latency + nbytes / bw
 
+    def now(self) -> float:
+        """The engine's clock, read on the compute thread (see the module NOTE on clocks)."""
+        if self.clock == "wall":
+            return time.perf_counter()
+        return time.thread_time() + self._waited
+
     def clear_records(self) -> None:
         self.records.clear()
         self.waits.clear()
@@ -142,22 +167,29 @@ class ThreadCopies(Copies):
         self._check()
         if not self._threads:
             self._start()
-        job = _Job(direction, list(dsts), list(srcs), after, layer)
+        job = _Job(direction, list(dsts), list(srcs), after, layer, self.now())
         self._queues[direction].put(job)
         return job
 
     def _wait(self, job: _Job | None) -> None:
         if job is None:
             return
-        start = time.perf_counter()
+        start = self.now()
         if not job.copied.is_set() or job.modelled_end > start:
-            job.copied.wait()
-            remaining = job.modelled_end - time.perf_counter()
-            if remaining > 0:
+            job.copied.wait()  # the data itself
+            if self.clock == "wall":
+                remaining = job.modelled_end - time.perf_counter()
+                if remaining > 0:
+                    time.sleep(remaining)
+                end = time.perf_counter()
+            else:
+                # The compute thread's clock stood still while it was blocked;
+                # it advances by the modelled remainder, slept in wall time.
+                remaining = max(0.0, job.modelled_end - start)
                 time.sleep(remaining)
-            self.waits.append(
-                WaitRecord(job.direction, job.layer, current_where(), start, time.perf_counter())
-            )
+                self._waited += remaining
+                end = start + remaining
+            self.waits.append(WaitRecord(job.direction, job.layer, current_where(), start, end))
         self._check()
 
     def synchronize(self) -> None:
@@ -212,9 +244,15 @@ class ThreadCopies(Copies):
             for dst, src in zip(job.dsts, job.srcs, strict=True):
                 dst.copy_(src)
         copied = time.perf_counter()
-        job.modelled_end = max(job.start + self.duration(job.direction, job.nbytes), copied)
+        duration = self.duration(job.direction, job.nbytes)
+        if self.clock == "wall":
+            job.modelled_end = max(job.start + duration, copied)
+            release_at = job.modelled_end
+        else:  # the end is on the compute thread's clock; release after the link's time
+            job.modelled_end = job.start + duration
+            release_at = began + duration
         job.copied.set()
-        remaining = job.modelled_end - time.perf_counter()
+        remaining = release_at - time.perf_counter()
         if remaining > 0:
             time.sleep(remaining)
         # The sources are released at the copy's end (a copy out's storage may
