@@ -263,3 +263,43 @@ def test_a_swap_heavy_step_is_slower_than_keep_all_by_about_the_predicted_stall(
     extra = t_swap - t_keep
     assert 0.7 * stall <= extra <= 2.0 * stall + 0.25, (extra, stall)
     assert not math.isnan(extra)
+
+
+def test_thread_clock_waits_end_exactly_at_the_modelled_end():
+    ref, batch, prof = setup("mlp")
+    n = len(prof)
+    link = planopt.Device("emulated", 1e10, 1e10, 0.02)
+    plan = all_swap(prof, waits=[i + 1 if i + 1 < n else None for i in range(n)])
+    engine = ThreadCopies(link, clock="thread")
+    run_step(copy.deepcopy(ref.chain), plan, batch, ref.loss_fn, prof, engine=engine, link=link)
+    ends = {(r.direction, r.layer): r.modelled_end for r in engine.records}
+    waited = [w for w in engine.waits if w.direction is Direction.D2H]
+    # Each forward waited for the copy out of the layer below (latency >> a tiny forward
+    # on the thread's clock): its clock resumes exactly at that copy's end.
+    assert [w.where for w in waited] == [f"F_{i + 1}" for i in range(n - 1)]
+    for w in engine.waits:
+        assert w.end == ends[(w.direction, w.layer)]
+
+
+def test_clock_and_timer_names_are_checked():
+    with pytest.raises(ValueError, match="clock must be one of wall, thread"):
+        ThreadCopies(FAST, clock="cpu")
+    from planopt.runtime.training import Clock
+
+    with pytest.raises(ValueError, match="timer must be one of wall, thread"):
+        Clock(CPU, "cpu")
+    ref, batch, _ = setup("mlp")
+    prof = profile(ref.chain, batch, ref.loss_fn, iterations=1, warmup=0, link=FAST, timer="thread")
+    assert "time.thread_time" in prof.source
+
+
+def test_fidelity_benchmark_runs_end_to_end(tmp_path):
+    from experiments import bench_fidelity_time
+
+    out = tmp_path / "fidelity_time.md"
+    args = ["--models", "mlp", "--size", "tiny", "--rounds", "1", "--random", "1"]
+    args += ["--budgets", "50", "--methods", "sqrt-n", "all-swap", "--output", str(out)]
+    assert bench_fidelity_time.main([*args, "--figure", str(tmp_path / "f.png")]) == 0
+    text = out.read_text()
+    assert "| mlp | keep-all |" in text and "random-0" in text
+    assert (tmp_path / "f.png").exists() and out.with_suffix(".json").exists()
