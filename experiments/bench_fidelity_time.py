@@ -51,6 +51,7 @@ done. Target: median error within 5%, none beyond 15%.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import dataclasses
 import json
 import math
@@ -83,6 +84,11 @@ BUDGETS = (70, 50, 30)
 SKIP_METHODS = ("keep-all", "auto", "lower-bound", "brute-force")  # not planners / too slow
 TARGET_MEDIAN, TARGET_MAX = 0.05, 0.15
 PLACEHOLDER = planopt.Device("placeholder", 1e9, 1e9, 0.0)
+# Batch sizes on CPU where `small`'s default makes layers of a millisecond or
+# two, which the executor's per-layer Python (hooks, packing, bookkeeping)
+# would distort by 10-20%; on a GPU that Python overlaps the asynchronous
+# kernels. Larger batches keep the layers' own work the larger part.
+CPU_BATCH = {"vgg": 64, "resnet": 32}
 
 
 @dataclass
@@ -156,6 +162,25 @@ class Sample:
     wall: float
 
 
+def keep_freed_memory() -> bool:
+    """Make glibc's malloc keep freed memory, as a GPU's caching allocator does.
+
+    NOTE (page faults): glibc returns large freed blocks to the OS (mmap
+    threshold, heap trim) and page-faults them back in on the next
+    allocation. A plan that swaps or recomputes frees and allocates more
+    than keep-all, so on CPU it paid 1 ms per copy of a resnet-small
+    activation in page faults, a cost no GPU pays (the caching allocator
+    keeps its blocks). With both thresholds at 1 GiB, profiling and
+    measuring alike keep their memory. Returns whether it applied (glibc only).
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3  # malloc.h
+    return bool(libc.mallopt(m_mmap_threshold, 1 << 30) and libc.mallopt(m_trim_threshold, 1 << 30))
+
+
 def random_plan(rng: random.Random, prof: Profile) -> Plan:
     """A random valid plan (the action mix itself drawn at random)."""
     n = len(prof)
@@ -187,7 +212,10 @@ def _key(plan: Plan) -> tuple:
     return (tuple(plan.actions), tuple(plan.prefetch_at), tuple(plan.swap_wait))
 
 
-def _plans(prof: Profile, args) -> dict[tuple, tuple[list[str], Plan]]:
+def _plans(
+    prof: Profile, args, missing: dict[str, list[str]]
+) -> dict[tuple, tuple[list[str], Plan]]:
+    """Distinct plans by who produced them; `missing` gets, per outcome, the solves with none."""
     methods = args.methods or [m for m in registry.available() if m not in SKIP_METHODS]
     plans: dict[tuple, tuple[list[str], Plan]] = {}
 
@@ -200,10 +228,12 @@ def _plans(prof: Profile, args) -> dict[tuple, tuple[list[str], Plan]]:
             try:
                 solution = planopt.solve(prof, f"{percent}%", method, time_limit=args.time_limit)
             except PlanoptError as exc:  # a method that refuses this profile
-                print(f"  {method} at {percent}%: {type(exc).__name__}", file=sys.stderr)
+                missing.setdefault(type(exc).__name__, []).append(f"{method}@{percent:g}%")
                 continue
             if solution.plan is not None:
                 add(f"{method}@{percent:g}%", solution.plan)
+            else:
+                missing.setdefault(solution.status.value, []).append(f"{method}@{percent:g}%")
     rng = random.Random(args.seed)
     for k in range(args.random):
         add(f"random-{k}", random_plan(rng, prof))
@@ -238,8 +268,9 @@ def _sync(device: torch.device) -> None:
 def study(name: str, args, device: torch.device) -> tuple[dict, list[Row]]:
     ref = reference_model(name, args.size, seed=args.seed)
     chain = ref.chain.to(device)
-    x, y = ref.batch(seed=args.seed + 1, device=device)
     cpu = device.type == "cpu"
+    batch_size = CPU_BATCH.get(name) if cpu and args.size == "small" else None
+    x, y = ref.batch(seed=args.seed + 1, device=device, batch_size=batch_size)
     kw = dict(name=f"{name}-{args.size}", progress=False, link=PLACEHOLDER if cpu else None)
     # The wall-clock profile a user would take (the `raw` column), and on CPU
     # one on the compute thread's clock, which the link is sized from.
@@ -250,7 +281,8 @@ def study(name: str, args, device: torch.device) -> tuple[dict, list[Row]]:
     if cpu:
         first = first.replace_layers(first.layers, device=link)
         kw["link"] = link
-    plans = _plans(first, args)
+    missing: dict[str, list[str]] = {}
+    plans = _plans(first, args, missing)
     clocks = ("thread", "wall") if cpu else ("wall",)
     executors = {
         clock: [
@@ -307,7 +339,8 @@ def study(name: str, args, device: torch.device) -> tuple[dict, list[Row]]:
                 for clock in clocks:
                     ex = executors[clock][k]
                     step(ex)  # warm-up: the plan's own buffers and caches, as the profiler's
-                    samples[clock][k].extend(step(ex) for _ in range(args.steps))
+                    steps = args.steps if clock == clocks[0] else 1  # `raw`: one a round
+                    samples[clock][k].extend(step(ex) for _ in range(steps))
     for clock in clocks:
         for ex in executors[clock]:
             ex.release_host_memory()
@@ -336,12 +369,16 @@ def study(name: str, args, device: torch.device) -> tuple[dict, list[Row]]:
         )
     info = dict(
         model=name,
+        batch=int(x.shape[0]),
         layers=len(first),
         link=link.name if link else first.device.name,
         t_ideal=final.t_ideal,
         t_ideal_first=first.t_ideal,
         seconds=time.perf_counter() - started,
         plans=len(rows),
+        min_budget=(planopt.min_budget(first) - first.static_bytes)
+        / (planopt.keep_all_peak(first) - first.static_bytes),
+        missing=missing,
     )
     return info, rows
 
@@ -384,7 +421,13 @@ def report(infos: list[dict], rows: list[Row], args, device: torch.device) -> st
         "torch thread(s) for profiling and measuring, "
         f"{args.rounds} rounds ({args.profile_iterations} profiled steps, then for every plan "
         f"one warm-up and {args.steps} timed steps), sizes `{args.size}`, "
-        f"link copy/forward ratio {args.copy_ratio}.",
+        f"link copy/forward ratio {args.copy_ratio}; "
+        + (
+            "glibc malloc keeps freed memory (mallopt: mmap and trim thresholds 1 GiB), as a "
+            "GPU's caching allocator does (`keep_freed_memory`)."
+            if getattr(args, "kept_memory", False)
+            else "the C allocator as it is."
+        ),
         "",
         "How to read it:",
         "",
@@ -412,19 +455,34 @@ def report(infos: list[dict], rows: list[Row], args, device: torch.device) -> st
         "",
         f"Target: median |error| within {TARGET_MEDIAN:.0%}, none beyond {TARGET_MAX:.0%}.",
         "",
-        "| model | layers, link, T_ideal ms (wall profile) | plans | median abs error "
-        "| max abs error | within 5% | within 15% | median abs raw | max abs raw | load |",
+        "| model | batch, layers, link, T_ideal ms (wall profile), seconds | plans "
+        "| median abs error | max abs error | within 5% | within 15% "
+        "| median abs raw | max abs raw | load |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for info in infos:
         mine = [r for r in rows if r.model == info["model"]]
         extra = (
-            f"{info['layers']}, {info['link']}, "
+            f"batch {info['batch']}, {info['layers']} layers, {info['link']}, "
             f"{info['t_ideal'] * 1e3:.1f} ({info['t_ideal_first'] * 1e3:.1f}), "
             f"{info['seconds']:.0f} s"
         )
         lines.append(_summary_line(info["model"], mine, extra))
     lines.append(_summary_line("**all**", rows, ""))
+    lines += [
+        "",
+        "Solves that gave no plan to run (`infeasible`: the budget is below the least any "
+        "plan needs, given as a share of keep-all activation memory; `timeout`: no plan "
+        f"within the {args.time_limit:g} s limit):",
+        "",
+    ]
+    for info in infos:
+        outcomes = "; ".join(
+            f"{outcome}: {', '.join(names)}" for outcome, names in info["missing"].items()
+        )
+        lines.append(
+            f"* {info['model']} (least budget {info['min_budget']:.0%}): {outcomes or 'none'}"
+        )
     lines += [
         "",
         "## Every plan",
@@ -491,6 +549,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (both phases)")
     parser.add_argument("--time-limit", type=float, default=10.0, help="per solve, seconds")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--allocator-default",
+        action="store_true",
+        help="leave glibc's malloc as it is (default: keep freed memory, see keep_freed_memory)",
+    )
     parser.add_argument("--output", type=Path, default=None)
     parser.add_argument("--figure", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -501,6 +564,7 @@ def main(argv: list[str] | None = None) -> int:
     output = args.output or RESULTS / f"fidelity_time{suffix}.md"
     fig = args.figure or FIGURES / f"fidelity_time{suffix}.png"
     torch.set_num_threads(args.threads)
+    args.kept_memory = not cuda and not args.allocator_default and keep_freed_memory()
     infos, rows = [], []
     for name in args.models:
         print(f"{name}: profiling, planning, measuring", file=sys.stderr)
