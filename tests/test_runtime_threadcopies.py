@@ -298,7 +298,8 @@ def test_fidelity_benchmark_runs_end_to_end(tmp_path):
 
     out = tmp_path / "fidelity_time.md"
     args = ["--models", "mlp", "--size", "tiny", "--rounds", "1", "--random", "1"]
-    args += ["--budgets", "50", "--methods", "sqrt-n", "all-swap", "--output", str(out)]
+    args += ["--budgets", "50", "--methods", "sqrt-n", "all-swap", "--allocator-default"]
+    args += ["--output", str(out)]
     assert bench_fidelity_time.main([*args, "--figure", str(tmp_path / "f.png")]) == 0
     text = out.read_text()
     assert "| mlp | keep-all |" in text and "random-0" in text
