@@ -291,6 +291,8 @@ def test_clock_and_timer_names_are_checked():
     ref, batch, _ = setup("mlp")
     prof = profile(ref.chain, batch, ref.loss_fn, iterations=1, warmup=0, link=FAST, timer="thread")
     assert "time.thread_time" in prof.source
+    with pytest.raises(ValueError, match="link_clock must be one of wall, thread"):
+        Executor(ref.chain, Plan.keep_all(prof), profile=prof, link=FAST, link_clock="cpu")
 
 
 def test_fidelity_benchmark_runs_end_to_end(tmp_path):

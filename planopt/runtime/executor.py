@@ -41,6 +41,7 @@ from planopt.runtime.stepplan import StepPlan, check_plan
 from planopt.runtime.steps import BackwardSteps
 from planopt.runtime.storage import Saves, static_keys, storage_key
 from planopt.runtime.swap import CopyEngine, copy_engine
+from planopt.runtime.threadcopies import CLOCKS
 from planopt.runtime.tracker import at, host_memory, regenerating
 
 
@@ -267,6 +268,8 @@ class Executor(nn.Module):
             )
         if link is not None and not isinstance(link, Device):
             raise TypeError(f"link must be a planopt.Device, got {type(link).__name__}")
+        if link_clock not in CLOCKS:
+            raise ValueError(f"link_clock must be one of {', '.join(CLOCKS)}, got {link_clock!r}")
         self.link = link
         self.link_clock = link_clock
         self._verify = profile is not None and verify

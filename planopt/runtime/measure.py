@@ -108,6 +108,7 @@ def measure(
     optimizer: torch.optim.Optimizer | None = None,
     grads_to_none: bool | None = None,
     link: Device | None = None,
+    link_clock: str = "wall",
 ) -> Measurement:
     """Step time and peak memory of `plan` (see the module docstring).
 
@@ -118,7 +119,9 @@ def measure(
     `iterations=0` skips the timing (memory only). `link` (CPU only)
     rehearses the plan over an emulated host link: copies run on host
     threads and take `latency + bytes / bandwidth` (`ThreadCopies`), so a
-    swap's stalls are in the step time.
+    swap's stalls are in the step time; `link_clock="thread"` runs that link
+    on the compute thread's CPU time plus its waits (see
+    `planopt.runtime.threadcopies`; the step is still timed on the wall clock).
     """
     _check_counts(iterations, warmup)
     x, y = batch
@@ -126,7 +129,9 @@ def measure(
     x, y = x.to(device), y.to(device)
     cuda = device.type == "cuda"
     to_none = grads_regime(profile, grads_to_none)
-    executor = Executor(chain, plan, profile=profile, loss_fn=loss_fn, link=link)
+    executor = Executor(
+        chain, plan, profile=profile, loss_fn=loss_fn, link=link, link_clock=link_clock
+    )
 
     def step() -> torch.Tensor:
         with executor:
