@@ -23,8 +23,9 @@ import numpy as np
 
 from solvers.remat.bounds import CompletionBound
 from solvers.remat.chain import ChainModel
-from solvers.remat.labels import Found, LabelSearch, SearchStats
+from solvers.remat.labels import WORK_PER_CANDIDATE, Found, LabelSearch, SearchStats
 from solvers.remat.minpeak import MinPeak, min_peak
+from solvers.remat.short import SHORT_LAYERS, PriceBound, ShortChain, search
 
 ROUNDS = 6  # lowered targets tried before the last search, which has none
 
@@ -58,6 +59,8 @@ def solve_room(
     """The plan saving the most forward time whose peak is at most `static + room`."""
     if room < model.pg_total:
         return Optimum(None, True, -np.inf, 0, None)
+    if model.n <= SHORT_LAYERS and model.tabled:
+        return solve_short(model, room, charge=charge, expired=expired)
     bound = CompletionBound(model, room, charge)
     upper = bound.root()
     if upper == -np.inf:  # not even the relaxation fits
@@ -94,3 +97,52 @@ def solve_room(
                 return Optimum(None, True, -np.inf, searches, stats, minimum)
         step *= 2
     raise AssertionError("the search without a target finds a plan whenever one fits")
+
+
+def solve_short(
+    model: ChainModel,
+    room: int,
+    *,
+    charge: Callable[[float], None] = lambda units: None,
+    expired: Callable[[], bool] = lambda: False,
+) -> Optimum:
+    """`solve_room` on a short chain, by `short`'s plain-Python search (see its note).
+
+    The first search's floor is the best argmax path of the price bound that
+    fits (a plan: the search then proves it or beats it); without one, the
+    root bound less the largest forward, as above; a search that misses its
+    target is followed by one without any (exact, and it proves
+    infeasibility when it finds nothing).
+    """
+    chain = ShortChain(model, room)
+    bound = PriceBound(chain)
+    charge(bound.evaluations * len(chain.table) * chain.n * WORK_PER_CANDIDATE / 2)
+    upper = bound.root
+    if upper == -np.inf:  # not even the relaxation fits
+        return Optimum(None, True, upper, 0, None)
+    total = float(model.fwd.sum())
+    tol = 1e-9 * max(total, 1e-300)
+    if upper < -tol:  # every plan saves 0 or more: none fits
+        return Optimum(None, True, -np.inf, 0, None)
+    incumbent = None
+    target = upper - float(model.fwd.max(initial=0.0))
+    if bound.incumbent is not None:
+        value, kept = bound.incumbent
+        incumbent = Found(kept, value)
+        if value >= upper - tol:  # the bound is tight: nothing to search
+            return Optimum(incumbent, True, value, 0, None)
+        target = max(target, value)
+    searches = 0
+    while True:
+        searches += 1
+        found, stats = search(chain, bound, target - tol, charge=charge, expired=expired)
+        if incumbent is not None and (found is None or found.saved < incumbent.saved):
+            found = incumbent
+        if stats.stopped:
+            return Optimum(found, False, upper, searches, stats)
+        if found is not None and found.saved >= target - tol:
+            return Optimum(found, True, found.saved, searches, stats)
+        if target == -np.inf:  # the search without a target found nothing: none fits
+            return Optimum(None, True, -np.inf, searches, stats)
+        # below the target: the search with the best value found as target is exact
+        target = found.saved if found is not None else -np.inf
