@@ -16,6 +16,7 @@ at two, where the optimum was), down to no target at all.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -25,7 +26,7 @@ from solvers.remat.bounds import CompletionBound
 from solvers.remat.chain import ChainModel
 from solvers.remat.labels import WORK_PER_CANDIDATE, Found, LabelSearch, SearchStats
 from solvers.remat.minpeak import MinPeak, min_peak
-from solvers.remat.short import SHORT_LAYERS, PriceBound, ShortChain, search
+from solvers.remat.short import SHORT_LAYERS, PriceBound, ShortChain, fits, search
 
 ROUNDS = 6  # lowered targets tried before the last search, which has none
 
@@ -106,43 +107,39 @@ def solve_short(
     charge: Callable[[float], None] = lambda units: None,
     expired: Callable[[], bool] = lambda: False,
 ) -> Optimum:
-    """`solve_room` on a short chain, by `short`'s plain-Python search (see its note).
+    """`solve_room` on a short chain, by `short`'s plain-Python searches (see its note).
 
-    The first search's floor is the best argmax path of the price bound that
-    fits (a plan: the search then proves it or beats it); without one, the
-    root bound less the largest forward, as above; a search that misses its
-    target is followed by one without any (exact, and it proves
-    infeasibility when it finds nothing).
+    First whether any plan fits (`short.fits`, one pass: if none, the
+    space's minimum says by how much). That plan and the bound's best
+    argmax path that fits are the incumbent; the first search's target is
+    the higher of it and the root bound less the largest forward. A search
+    that reaches its target has proven its plan; one that misses is
+    followed by one with the best value found as target (exact).
     """
     chain = ShortChain(model, room)
+    charge(len(chain.table) * chain.n * WORK_PER_CANDIDATE / 2)
+    some = fits(chain, room)
+    if some is None:  # exact: nothing fits; the space's minimum says by how much
+        minimum = min_peak(model, charge=charge, expired=expired, above=room)
+        return Optimum(None, minimum.proven, -np.inf, 0, None, minimum)
     bound = PriceBound(chain)
     charge(bound.evaluations * len(chain.table) * chain.n * WORK_PER_CANDIDATE / 2)
     upper = bound.root
-    if upper == -np.inf:  # not even the relaxation fits
-        return Optimum(None, True, upper, 0, None)
-    total = float(model.fwd.sum())
-    tol = 1e-9 * max(total, 1e-300)
-    if upper < -tol:  # every plan saves 0 or more: none fits
-        return Optimum(None, True, -np.inf, 0, None)
-    incumbent = None
-    target = upper - float(model.fwd.max(initial=0.0))
-    if bound.incumbent is not None:
-        value, kept = bound.incumbent
-        incumbent = Found(kept, value)
-        if value >= upper - tol:  # the bound is tight: nothing to search
-            return Optimum(incumbent, True, value, 0, None)
-        target = max(target, value)
+    tol = 1e-9 * max(float(model.fwd.sum()), 1e-300)
+    incumbent = Found(some, math.fsum(chain.fwd[i] for i in some))
+    if bound.incumbent is not None and bound.incumbent[0] > incumbent.saved:
+        incumbent = Found(bound.incumbent[1], bound.incumbent[0])
+    if incumbent.saved >= upper - tol:  # the bound is tight: nothing to search
+        return Optimum(incumbent, True, incumbent.saved, 0, None)
+    target = max(upper - float(model.fwd.max(initial=0.0)), incumbent.saved)
     searches = 0
     while True:
         searches += 1
         found, stats = search(chain, bound, target - tol, charge=charge, expired=expired)
-        if incumbent is not None and (found is None or found.saved < incumbent.saved):
+        if found is None or found.saved < incumbent.saved:
             found = incumbent
         if stats.stopped:
             return Optimum(found, False, upper, searches, stats)
-        if found is not None and found.saved >= target - tol:
+        if found.saved >= target - tol:
             return Optimum(found, True, found.saved, searches, stats)
-        if target == -np.inf:  # the search without a target found nothing: none fits
-            return Optimum(None, True, -np.inf, searches, stats)
-        # below the target: the search with the best value found as target is exact
-        target = found.saved if found is not None else -np.inf
+        target = found.saved  # below the target: with the best value as target it is exact

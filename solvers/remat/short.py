@@ -41,7 +41,7 @@ from solvers.remat.labels import WORK_PER_CANDIDATE, WORK_PER_LABEL, Found, Sear
 # Chains up to this long take this search (the model must hold the cost table):
 # measured on the synthetic chain, it beats the vectorised search up to about
 # 48 layers (experiments/results/remat_dp.md).
-SHORT_LAYERS = 48
+SHORT_LAYERS = 64
 PRICE_EVALUATIONS = 5  # cutting-plane steps for the price (each one O(edges))
 PRICES_USED = 3  # the labels are tested with the prices of the lowest root bounds
 INF = math.inf
@@ -301,3 +301,64 @@ def _found(best, parent, node) -> Found | None:
             kept.append(x - 1)
         ref = parent[ref]
     return Found(tuple(sorted(kept)), saved)
+
+
+def fits(chain: ShortChain, room: int) -> tuple[int, ...] | None:
+    """The kept layers of some plan whose peak is within `room` (above static), or None.
+
+    Feasibility needs no labels: a path reaching a layer holding less below
+    it can follow every path one holding more can (`H` enters every later
+    constraint as `H + c <= room` and grows by fixed amounts), so each layer
+    keeps only its smallest `H`: one pass over the edges, exact.
+    """
+    n = chain.n
+    near, r_node, base, last, table = chain.near, chain.r_node, chain.base, chain.last, chain.table
+    least = [INF] * (n + 1)
+    prev = [-1] * (n + 1)
+    least[0] = 0
+    end = -1
+    for x in range(n + 1):
+        h = least[x]
+        if h == INF:
+            continue
+        if x == n or h + last[x] <= room:  # the top kept, or a run to the top
+            end = x
+            break
+        if h + near[x] <= room and h + r_node[x] < least[x + 1]:  # keep the next layer
+            least[x + 1], prev[x + 1] = h + r_node[x], x
+        held = h + base[x]
+        row = table[x]
+        for t in range(x, n - 1):  # a run x .. t, then keep t + 1
+            if h + row[t] <= room and held < least[t + 2]:
+                least[t + 2], prev[t + 2] = held, x
+    if end < 0:
+        return None
+    kept = []
+    while end > 0:
+        kept.append(end - 1)
+        end = prev[end]
+    return tuple(sorted(kept))
+
+
+def min_peak_short(
+    model: ChainModel, lower: int, charge: Callable[[float], None] = lambda units: None
+) -> tuple[int, tuple[int, ...]]:
+    """The smallest peak above static bytes of any plan, and a plan reaching it.
+
+    `lower`: a peak no plan is below. Bisection on the room with `fits`
+    (whether some plan fits is monotone in it); each plan found moves the
+    upper end down to its own peak, which keep-all's peak starts.
+    """
+    chain = ShortChain(model, 0)
+    kept = tuple(range(model.n))
+    high = model.peak(list(kept)) - model.static  # keep-all: a plan every chain has
+    low = lower - 1  # nothing fits here
+    while high - low > 1:
+        mid = (low + high) // 2
+        charge(model.n * model.n * WORK_PER_CANDIDATE / 2)
+        found = fits(chain, mid)
+        if found is None:
+            low = mid
+        else:
+            kept, high = found, model.peak(list(found)) - model.static
+    return high, kept
