@@ -76,7 +76,7 @@ class PriceBound:
         self.chain = chain
         self.incumbent: tuple[float, tuple[int, ...]] | None = None
         room = chain.room
-        g, w, self.free, nxt = self._sweep(0.0)
+        g, w, self.free, nxt = self.sweep(0.0)
         self._offer(nxt)
         swept = [(g[0], 0.0, g)]  # (root value, price, G) of every price swept
         self.evaluations = 1
@@ -85,7 +85,7 @@ class PriceBound:
             lam = self._guess()
             hi = None
             while self.evaluations < evaluations:
-                g, w, _, nxt = self._sweep(lam)
+                g, w, _, nxt = self.sweep(lam)
                 self.evaluations += 1
                 self._offer(nxt)
                 value, slope = lam * room + g[0], room - w[0]
@@ -116,7 +116,7 @@ class PriceBound:
         ratios = sorted(f / b for f, b in zip(c.fwd, c.base[1:], strict=True) if b > 0 and f > 0)
         return ratios[len(ratios) // 2] if ratios else 1.0
 
-    def _sweep(self, lam: float):
+    def sweep(self, lam: float):
         """G, the argmax path's weight W (held plus last cost: the slope), N, and the argmax."""
         c = self.chain
         n, room = c.n, c.room
