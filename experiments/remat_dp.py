@@ -15,8 +15,10 @@ other, on the same chains:
   calls it (profile to proven plan: model, bound, search, certificate and
   `Plan`; like for like with Rotor's C call below), and `planopt.solve`
   itself (adds the request's checks, the joint space's minimum budget and
-  the simulator's re-scoring, common to every method); medians of
-  `--repeats` runs up to 1,000 layers;
+  the simulator's re-scoring, common to every method); CPU seconds of this
+  process (the machine is shared: wall time would count other processes'
+  turns, and a run longer than a scheduler slice waits out theirs),
+  medians of `--repeats` runs up to 1,000 layers;
 * `recompute-only`: this package's MIP (CP-SAT, 2 threads, `--mip-limit`
   seconds, up to `--mip-max` layers);
 * Rotor: Beaumont et al.'s DP as Rockmate 2.0 ships it (its C solver, with
@@ -24,7 +26,7 @@ other, on the same chains:
   (`pip install --no-deps rockmate`; see `experiments/peers.py`), while its
   table of `(slots + 1) (L + 1)^2` cells fits the solver's int index. Timed:
   the C call that fills the table and reads the optimum (`RkTable` and
-  `get_opt`, the same medians); not timed: building its chain from the
+  `get_opt`, CPU seconds, the same medians); not timed: building its chain from the
   profile in Python (microseconds) and its schedule (`get_sequence`);
 * Checkmate's MILP is not run: Checkmate is not on PyPI.
 
@@ -91,14 +93,14 @@ def time_dp(profile: Profile, budget: float, repeats: int, *, alone: bool = True
     sol = None
     problem = Problem(profile, budget, planopt.min_budget(profile))
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = time.process_time()
         sol = planopt.solve(profile, budget, "remat-dp")
-        runs.append(time.perf_counter() - start)
+        runs.append(time.process_time() - start)
         if not alone or sol.message.startswith("budget must be at least"):  # no method ran
             continue
-        start = time.perf_counter()
+        start = time.process_time()
         remat_dp(problem)
-        method_runs.append(time.perf_counter() - start)
+        method_runs.append(time.process_time() - start)
     overhead = sol.schedule.overhead if sol.schedule is not None else None
     method = statistics.median(method_runs) if method_runs else None
     return Timed(sol.status.value, statistics.median(runs), overhead, sol.message, method)
@@ -115,7 +117,8 @@ def time_mip(profile: Profile, budget: float, limit: float) -> Timed:
 
 def time_rotor(profile: Profile, budget: float, repeats: int) -> Timed:
     """Rotor's C call, median of `repeats` (the first run is not treated apart)."""
-    runs = [peers.rotor(profile, budget - profile.static_bytes) for _ in range(repeats)]
+    activation = budget - profile.static_bytes
+    runs = [peers.rotor(profile, activation, clock=time.process_time) for _ in range(repeats)]
     run = runs[-1]
     if math.isnan(run.seconds):
         return Timed("-", math.nan, None, run.note)
@@ -147,7 +150,7 @@ def _ours(dp: Timed) -> float:
 
 def _summary(rows, floor: tuple[int, float] | None = None) -> str:
     """Where remat-dp proves 1,000 layers, from which L it beats Rotor, and by how much
-    Rotor wins below that."""
+    Rotor wins below that (CPU seconds, see the header)."""
     thousand = [dp.seconds for _, n, dp, _, _ in rows if n == 1000 and dp.status == "optimal"]
     faster_from = []
     behind = []  # (ratio ours / theirs, n, fraction) where Rotor is faster
@@ -228,17 +231,17 @@ def time_model(n: int, repeats: int = 21) -> tuple[int, float]:
     profile = synthetic_chain(n)
     runs = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = time.process_time()
         ChainModel(profile)
-        runs.append(time.perf_counter() - start)
+        runs.append(time.process_time() - start)
     return n, statistics.median(runs)
 
 
 def time_min_budget(profile: Profile) -> tuple[float, float]:
     """(the recompute-only space's minimum budget as a fraction of keep-all, seconds)."""
-    start = time.perf_counter()
+    start = time.process_time()
     value = space_min_budget(profile, "recompute-only").value
-    seconds = time.perf_counter() - start
+    seconds = time.process_time() - start
     keep_all = planopt.keep_all_peak(profile)
     return (value - profile.static_bytes) / (keep_all - profile.static_bytes), seconds
 
@@ -253,7 +256,9 @@ def write(args, rows, nets=(), floor: tuple[int, float] | None = None) -> None:
         f"(1-minute load average {load:.1f} at the end); every solve in one process, one "
         "after the other. Chain: layer `i` has forward `1 + i mod 3` ms, backward twice "
         "that, activation `64 + 16 (i mod 4)` MiB; budget = fraction of keep-all "
-        "activation memory. Times are medians of "
+        "activation memory. Times are CPU seconds of this process (`time.process_time`: "
+        "the machine is shared, and wall time counts the other processes' turns; the "
+        "MIP's are wall seconds, it runs 2 threads), medians of "
         f"{args.repeats} runs up to 1,000 layers, one beyond. **remat-dp, the method**: "
         "`remat_dp(problem)` as `planopt.solve` calls it, from the profile to the proven "
         "plan (model, bound, search, certificate, `Plan`); like for like with Rotor's "

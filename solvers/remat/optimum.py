@@ -26,7 +26,7 @@ from solvers.remat.bounds import CompletionBound
 from solvers.remat.chain import ChainModel
 from solvers.remat.labels import WORK_PER_CANDIDATE, Found, LabelSearch, SearchStats
 from solvers.remat.minpeak import MinPeak, min_peak
-from solvers.remat.short import SHORT_LAYERS, PriceBound, ShortChain, fits, search
+from solvers.remat.short import PLAIN_LAYERS, SHORT_LAYERS, PriceBound, ShortChain, fits, search
 
 ROUNDS = 6  # lowered targets tried before the last search, which has none
 
@@ -110,7 +110,8 @@ def solve_short(
     """`solve_room` on a short chain, by `short`'s plain-Python searches (see its note).
 
     First whether any plan fits (`short.fits`, one pass: if none, the
-    space's minimum says by how much). That plan and the bound's best
+    space's minimum says by how much). Up to `PLAIN_LAYERS` layers one
+    search without a bound follows (exact). Beyond, that plan and the bound's best
     argmax path that fits are the incumbent; the first search's target is
     the higher of it and the root bound less the largest forward. A search
     that reaches its target has proven its plan; one that misses is
@@ -122,6 +123,11 @@ def solve_short(
     if some is None:  # exact: nothing fits; the space's minimum says by how much
         minimum = min_peak(model, charge=charge, expired=expired, above=room)
         return Optimum(None, minimum.proven, -np.inf, 0, None, minimum)
+    if chain.n <= PLAIN_LAYERS:  # fronts of a few labels: a bound costs more than it saves
+        found, stats = search(chain, None, -np.inf, charge=charge, expired=expired)
+        if found is None:  # stopped before the top
+            found = Found(some, math.fsum(chain.fwd[i] for i in some))
+        return Optimum(found, not stats.stopped, found.saved, 1, stats)
     bound = PriceBound(chain)
     charge(bound.evaluations * len(chain.table) * chain.n * WORK_PER_CANDIDATE / 2)
     upper = bound.root

@@ -42,6 +42,9 @@ from solvers.remat.labels import WORK_PER_CANDIDATE, WORK_PER_LABEL, Found, Sear
 # measured on the synthetic chain, it beats the vectorised search up to about
 # 48 layers (experiments/results/remat_dp.md).
 SHORT_LAYERS = 64
+# Up to this many layers the search runs without a bound: its fronts hold a
+# few labels, and pricing each one costs more than the labels it would cut.
+PLAIN_LAYERS = 24
 PRICE_EVALUATIONS = 5  # cutting-plane steps for the price (each one O(edges))
 PRICES_USED = 3  # the labels are tested with the prices of the lowest root bounds
 INF = math.inf
