@@ -55,6 +55,8 @@ quantisation). The tests check this decomposition against
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import numpy as np
 
 from planopt.limits import MAX_TOTAL_BYTES
@@ -190,9 +192,6 @@ class ChainModel:
         has_next = tops + 1 < n
         self.top_after = np.where(has_next & up, self.kb[nxt], NEG)  # B_{t+1}, minus R(k)
         self.top_before = np.where(has_next & ~up, self.bl[nxt], NEG)  # B_{t+1}, plus base
-        self._kb = SparseMax(self.kb)
-        self._kq = SparseMax(self.kq)
-        self._kf = SparseMax(self.kf)
         self._table = None
         if table if table is not None else n <= TABLE_LAYERS:
             self._table = self._cost_table()
@@ -201,6 +200,20 @@ class ChainModel:
         self.last_cost = (
             self._table[:, n - 1].copy() if self._table is not None else self.costs_at_top(n - 1)
         )
+
+    # Range maxima of the per-op terms, built on first use (a short chain reads
+    # every cost from its table and never needs them).
+    @cached_property
+    def _kb(self) -> SparseMax:
+        return SparseMax(self.kb)
+
+    @cached_property
+    def _kq(self) -> SparseMax:
+        return SparseMax(self.kq)
+
+    @cached_property
+    def _kf(self) -> SparseMax:
+        return SparseMax(self.kf)
 
     # -- segment costs -------------------------------------------------------
 
