@@ -263,6 +263,11 @@ class ChainModel:
         return np.where(far, costs, NEG)
 
     @property
+    def cost_table(self) -> np.ndarray | None:
+        """`c(k, t)` of every far edge (row `k + 1`, column `t`; NEG elsewhere), if tabled."""
+        return self._table
+
+    @property
     def tabled(self) -> bool:
         """Whether every far edge's cost is in one table (short chains)."""
         return self._table is not None
