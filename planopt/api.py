@@ -14,6 +14,7 @@ import time
 from planopt import registry
 from planopt.budget import min_budget, parse_budget
 from planopt.bundled import resolve_profile
+from planopt.certificate import METHOD, OPTIMUM, T_IDEAL, Certificate
 from planopt.errors import InvalidPlanError, SolverOptionError, UnknownMethodError, show
 from planopt.option_types import check_option_types
 from planopt.problem import Problem
@@ -127,6 +128,7 @@ def _finish(problem: Problem, method: str, out: SolverOutput, elapsed: float) ->
     """Re-score the method's plan with the simulator and settle the status."""
     profile = problem.profile
     status, lower, message = out.status, out.lower_bound, out.message
+    provenance = out.certificate
     schedule = None
     plan = out.plan
     if plan is not None:
@@ -144,6 +146,7 @@ def _finish(problem: Problem, method: str, out: SolverOutput, elapsed: float) ->
                 )
         elif schedule.makespan <= profile.t_ideal * (1 + _IDEAL_TOLERANCE):
             status, lower = Status.OPTIMAL, profile.t_ideal
+            provenance = Certificate(T_IDEAL, True, detail="the plan runs at T_ideal")
     return Solution(
         plan=plan,
         schedule=schedule,
@@ -156,7 +159,21 @@ def _finish(problem: Problem, method: str, out: SolverOutput, elapsed: float) ->
         message=message,
         work_limit=problem.work_limit,
         work_used=problem.meter.used,
+        bound_provenance=_provenance(provenance, status, lower),
     )
+
+
+def _provenance(
+    certificate: Certificate | None, status: Status, lower: float | None
+) -> Certificate | None:
+    """The method's certificate, else what its status says of its bound."""
+    if lower is None:
+        return None
+    if certificate is not None:
+        return certificate
+    if status is Status.OPTIMAL:
+        return Certificate(OPTIMUM, True, detail="the method proved its plan optimal")
+    return Certificate(METHOD, False, detail="the method's own bound, no provenance given")
 
 
 def lower_bound(

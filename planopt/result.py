@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from planopt.certificate import Certificate
 from planopt.plan import Plan
 from planopt.schedule import Schedule
 
@@ -36,7 +37,8 @@ class SolverOutput:
 
     `stopped` says the method's time or work limit ended it before it
     finished (its plan is the best so far), so callers need not read the
-    message to know.
+    message to know. `certificate` says where `lower_bound` came from
+    (`planopt.certificate`), where the method knows.
     """
 
     plan: Plan | None
@@ -44,6 +46,7 @@ class SolverOutput:
     lower_bound: float | None = None
     message: str = ""
     stopped: bool = False
+    certificate: Certificate | None = None
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,9 @@ class Solution:
     `schedule` is always the simulator's, never a solver's own estimate.
     `gap` is `(makespan - lower_bound) / makespan` where both are known.
     `work_used` is the deterministic work the method spent (`planopt.work`).
+    `bound_provenance` says where `lower_bound` came from (which relaxation,
+    solved to the end or cut short, what it cost), so a large gap can be
+    read as a weak plan or a weak certificate.
     """
 
     plan: Plan | None
@@ -66,6 +72,7 @@ class Solution:
     message: str = ""
     work_limit: float | None = None
     work_used: float = 0.0
+    bound_provenance: Certificate | None = None
 
     @property
     def makespan(self) -> float | None:
@@ -89,6 +96,9 @@ class Solution:
             "solve_seconds": self.solve_seconds,
             "work_limit": self.work_limit,
             "work_used": self.work_used,
+            "bound_provenance": (
+                None if self.bound_provenance is None else self.bound_provenance.to_dict()
+            ),
             "message": self.message,
         }
         if self.schedule is not None:

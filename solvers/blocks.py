@@ -82,11 +82,11 @@ def plan_blocks(
 ) -> SolverOutput:
     """`blocks` on a structure already found (`auto` finds it to choose its method)."""
     problem = bounded(problem)
+    bound = relaxation_lower_bound(problem) if lower_bound else None
     share = STARTERS_SHARE_WITH_BLOCKS if structure.found else 0.5
     starts = portfolio(problem, share=share, recompute_share=RECOMPUTE_SHARE)
     if starts.best is None:
         return starts.no_start("blocks")
-    bound = relaxation_lower_bound(problem) if lower_bound else None
     inc = Incumbent(problem, starts.best.plan)
     if not structure.found:
         report = search(inc, layer_phases(problem.n, window, window_work))

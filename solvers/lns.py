@@ -18,6 +18,7 @@ and no binding time limit the plan is the same on any machine.
 
 from __future__ import annotations
 
+from planopt.certificate import Certificate
 from planopt.errors import SolverOptionError
 from planopt.problem import Problem
 from planopt.result import SolverOutput, Status
@@ -76,7 +77,12 @@ def layer_phases(n: int, window: int, window_work: float) -> list[Phase]:
 
 
 def finish(
-    name: str, inc: Incumbent, start: Start, report: Report, bound: float | None, detail: str
+    name: str,
+    inc: Incumbent,
+    start: Start,
+    report: Report,
+    bound: tuple[float | None, Certificate] | None,
+    detail: str,
 ) -> SolverOutput:
     """The method's output: the incumbent (it fits: it started from a plan that fits)."""
     moves = ", ".join(f"{k} {v}" for k, v in report.improved_by.items()) or "none"
@@ -85,7 +91,15 @@ def finish(
         f"{name}: {detail}; from the {start.source}, {report.rounds} rounds ({state}), "
         f"{inc.evals} simulations, {inc.windows} exact windows; improving moves: {moves}"
     )
-    return SolverOutput(inc.plan(), Status.FEASIBLE, bound, message, stopped=not report.converged)
+    lower, certificate = (None, None) if bound is None else bound
+    return SolverOutput(
+        inc.plan(),
+        Status.FEASIBLE,
+        lower,
+        message,
+        stopped=not report.converged,
+        certificate=certificate,
+    )
 
 
 def lns(
@@ -102,10 +116,10 @@ def lns(
     """
     window, window_work = check_options(window, window_work)
     problem = bounded(problem)
+    bound = relaxation_lower_bound(problem) if lower_bound else None
     starts = portfolio(problem, recompute_share=RECOMPUTE_SHARE)
     if starts.best is None:
         return starts.no_start("lns")
-    bound = relaxation_lower_bound(problem) if lower_bound else None
     inc = Incumbent(problem, starts.best.plan)
     report = search(inc, layer_phases(problem.n, window, window_work))
     return finish("lns", inc, starts.best, report, bound, f"{problem.n} layers")

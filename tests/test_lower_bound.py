@@ -102,10 +102,10 @@ def test_an_lp_stopped_by_a_limit_gives_no_bound_beyond_t_ideal(monkeypatch):
 
     profile = planopt.random_chain(12, seed=0, family="transformer")
     budget = planopt.budget_from_fraction(profile, 0.5)
-    finished = relaxation.relaxation_bound(profile, budget, relax=True)
+    finished = relaxation.pulp_relaxation_bound(profile, budget, relax=True)
     assert finished > profile.t_ideal  # the LP's bound says something here
     monkeypatch.setattr(relaxation, "solve_with_highs", stopped_by_the_clock)
-    assert relaxation.relaxation_bound(profile, budget, relax=True) == profile.t_ideal
+    assert relaxation.pulp_relaxation_bound(profile, budget, relax=True) == profile.t_ideal
 
 
 @pytest.mark.parametrize("relax", [True, False])

@@ -127,6 +127,12 @@ def work_line(used: float | None, limit: float | None) -> str:
     return f"{used:.3f} work units" + ("" if limit is None else f" (limit {limit:g})")
 
 
+def provenance_line(solution: Solution) -> str:
+    """Where the lower bound came from (`planopt.certificate`), or `-`."""
+    cert = solution.bound_provenance
+    return "-" if cert is None else cert.summary()
+
+
 def print_solution(profile: Profile, solution: Solution, written: str | None) -> None:
     pairs = [
         ("profile", profile_line(profile)),
@@ -135,6 +141,7 @@ def print_solution(profile: Profile, solution: Solution, written: str | None) ->
         ("status", solution.status.value),
         ("lower bound", human_seconds(solution.lower_bound)),
         ("gap", percent(solution.gap)),
+        ("bound from", provenance_line(solution)),
         ("solve time", f"{solution.solve_seconds:.3f} s"),
         ("work", work_line(solution.work_used, solution.work_limit)),
     ]

@@ -44,7 +44,8 @@ the same on any machine.
 from __future__ import annotations
 
 import math
-import time
+from dataclasses import dataclass
+from fractions import Fraction
 
 import pulp
 
@@ -56,6 +57,125 @@ from solvers.model.units import horizon_seconds, linear_memory, time_scale
 # Building the program in PuLP costs about this many work units per layer
 # (about 3 ms a layer on GPT-48/96, measured), whatever the solve's limit.
 BUILD_UNITS_PER_LAYER = 3e-3
+
+
+@dataclass(frozen=True)
+class Coefficients:
+    """Every number of the relaxation's rows for one net, computed once.
+
+    Time in linear units, memory in units of the largest saved tensor. The
+    budget enters only through `capacity` (the memory rows' right-hand
+    sides), so one model serves every budget of a net. Both builders (PuLP,
+    the reference; HiGHS directly, `relaxation_highs`) read these numbers.
+    """
+
+    n: int
+    t_ideal: float  # linear units: the makespan's lower bound
+    f: tuple[float, ...]
+    b: tuple[float, ...]
+    s: tuple[float, ...]  # bytes a kept layer holds, a swapped one copies
+    out: tuple[float, ...]
+    internals: tuple[float, ...]
+    d_out: tuple[float, ...]
+    d_in: tuple[float, ...]
+    fwd_fixed: tuple[float, ...]  # inside F_i: its internals, output and scratch
+    backward_fixed: tuple[float, ...]
+    has_fwd: tuple[bool, ...]
+    has_bwd: tuple[bool, ...]
+    counts_input_once: tuple[bool, ...]  # B_i reads x_i, which the row counts once
+    f_end: tuple[float, ...]
+    b_upto: tuple[float, ...]
+    out_rate: float  # memory units D2H moves per linear time unit
+    in_rate: float
+    memory_unit: float
+    static_bytes: int
+    seconds_per_unit: float
+
+    @property
+    def forward_total(self) -> float:
+        return self.f_end[-1]
+
+    def capacity(self, budget: float) -> float:
+        """What `budget` leaves for tensors, in memory units."""
+        return (budget - self.static_bytes) / self.memory_unit
+
+    def seconds(self, value: float) -> float:
+        return value * self.seconds_per_unit
+
+
+def exact_prefix_sums(values: list[float]) -> tuple[float, ...]:
+    """Each prefix's sum correctly rounded (what `math.fsum` of the prefix gives), in O(n).
+
+    Floats are dyadic rationals, so a `Fraction` accumulator is exact; a
+    prefix `fsum` per layer was quadratic (10^4 layers: seconds before the
+    solver starts).
+    """
+    total = Fraction(0)
+    sums = []
+    for value in values:
+        total += Fraction(value)
+        sums.append(float(total))
+    return tuple(sums)
+
+
+def coefficients(profile: Profile) -> Coefficients:
+    """The relaxation's numbers for `profile` (see the module doc for the rows)."""
+    layers = profile.layers
+    n = len(layers)
+    dev = profile.device
+    # Version 2: a layer's products that every plan's backward reads (its
+    # internals, its output when B_i or B_{i+1} reads it) are what keeping it
+    # holds and what swapping it copies at least (`copied`); a recompute block
+    # above may add its output, which only makes real plans use more.
+    saves_in = [x.saves_input for x in layers] + [False]
+    read = [x.saves_output or saves_in[i + 1] for i, x in enumerate(layers)]
+    copied = [x.saved_bytes + (x.out_bytes if read[i] else 0) for i, x in enumerate(layers)]
+    times = time_scale(profile)
+    t_unit = times.from_linear(1.0)  # seconds per linear unit
+    memory = linear_memory(profile)
+    m_unit = memory.unit
+    f = [times.linear(layer.fwd) for layer in layers]
+    b = [times.linear(layer.bwd) for layer in layers]
+    # What B_t needs besides kept products below: what it reads, the gradients
+    # g_t and g_{t+1}, every parameter gradient allocated so far, its scratch.
+    backward_fixed = []
+    param_grads = 0
+    for t in range(n - 1, -1, -1):
+        x = layers[t]
+        param_grads += x.param_grad_bytes
+        reads = x.saved_bytes + (x.out_bytes if x.saves_output else 0)
+        reads += layers[t - 1].out_bytes if t > 0 and x.saves_input else 0
+        grads = x.input_grad_bytes + (layers[t + 1].input_grad_bytes if t + 1 < n else 0)
+        backward_fixed.append(memory.units(reads + grads + param_grads + x.bwd_work_bytes))
+    backward_fixed.reverse()
+    return Coefficients(
+        n=n,
+        t_ideal=times.linear(profile.t_ideal),
+        f=tuple(f),
+        b=tuple(b),
+        s=tuple(memory.units(c) for c in copied),
+        out=tuple(memory.units(x.out_bytes) for x in layers),
+        internals=tuple(memory.units(x.saved_bytes) for x in layers),
+        d_out=tuple(times.linear(dev.d2h_seconds(c)) for c in copied),
+        d_in=tuple(times.linear(dev.h2d_seconds(c)) for c in copied),
+        fwd_fixed=tuple(
+            memory.units(x.saved_bytes) + memory.units(x.out_bytes) + memory.units(x.fwd_work_bytes)
+            for x in layers
+        ),
+        backward_fixed=tuple(backward_fixed),
+        has_fwd=tuple(x.fwd > 0 for x in layers),
+        has_bwd=tuple(x.bwd > 0 for x in layers),
+        counts_input_once=tuple(
+            i > 0 and x.saves_input and read[i - 1] for i, x in enumerate(layers)
+        ),
+        f_end=exact_prefix_sums(f),
+        b_upto=exact_prefix_sums(b),
+        out_rate=dev.d2h_bandwidth * t_unit / m_unit,
+        in_rate=dev.h2d_bandwidth * t_unit / m_unit,
+        memory_unit=m_unit,
+        static_bytes=profile.static_bytes,
+        seconds_per_unit=t_unit,
+    )
 
 
 def relaxation_bound(
@@ -70,68 +190,49 @@ def relaxation_bound(
 ) -> float | None:
     """A proven lower bound in seconds, or None if even the relaxation cannot fit `budget`.
 
+    Solved by HiGHS directly (`solvers.model.relaxation_highs`, which says
+    how the work is spent and charged to `meter`); `relax=True` stops at the
+    LP. `threads` is accepted for the reference's signature; the bound runs
+    on one thread.
+    """
+    from solvers.model.relaxation_highs import highs_bound
+
+    bound, _ = highs_bound(
+        profile, budget, time_limit=time_limit, work_limit=work_limit, mip=not relax, meter=meter
+    )
+    return bound
+
+
+def pulp_relaxation_bound(
+    profile: Profile,
+    budget: float,
+    *,
+    time_limit: float | None = None,
+    work_limit: float | None = None,
+    relax: bool = False,
+    threads: int = 1,
+    meter: WorkMeter | None = None,
+) -> float | None:
+    """The same bound built in PuLP: the reference the HiGHS builder is tested against.
+
     `meter`, when given, is charged the work: building (`BUILD_UNITS_PER_LAYER`)
     and solving.
     """
-    # NOTE: building the model in PuLP takes about 2 ms a layer, whatever the
-    # limit (10^4 layers: longer than a 5 s limit before HiGHS starts): the
-    # build looks at the deadline and, past it, gives T_ideal (still a bound).
-    deadline = None if time_limit is None else time.monotonic() + time_limit
-
-    def late(step: int) -> bool:
-        return deadline is not None and step % 256 == 0 and time.monotonic() >= deadline
-
-    layers = profile.layers
-    n = len(layers)
-    dev = profile.device
     if not horizon_seconds(profile) > 0:  # nothing takes time: the bound is T_ideal itself
         return profile.t_ideal
-    # Version 2: a layer's products that every plan's backward reads (its
-    # internals, its output when B_i or B_{i+1} reads it) are what keeping it
-    # holds and what swapping it copies at least (`copied`); a recompute block
-    # above may add its output, which only makes real plans use more.
-    saves_in = [x.saves_input for x in layers] + [False]
-    read = [x.saves_output or saves_in[i + 1] for i, x in enumerate(layers)]
-    copied = [x.saved_bytes + (x.out_bytes if read[i] else 0) for i, x in enumerate(layers)]
-    times = time_scale(profile)
-    t_unit = times.from_linear(1.0)  # seconds per linear unit
-    memory = linear_memory(profile)
-    cap = memory.capacity(budget, profile.static_bytes)
-    m_unit = memory.unit
-    f = [times.linear(layer.fwd) for layer in layers]
-    b = [times.linear(layer.bwd) for layer in layers]
-    s = [memory.units(c) for c in copied]
-    out = [memory.units(x.out_bytes) for x in layers]
-    internals = [memory.units(x.saved_bytes) for x in layers]
-    d_out = [times.linear(dev.d2h_seconds(c)) for c in copied]
-    d_in = [times.linear(dev.h2d_seconds(c)) for c in copied]
-    # What B_t needs besides kept products below: what it reads, the gradients
-    # g_t and g_{t+1}, every parameter gradient allocated so far, its scratch.
-    backward_fixed = []
-    param_grads = 0
-    for t in range(n - 1, -1, -1):
-        x = layers[t]
-        param_grads += x.param_grad_bytes
-        reads = x.saved_bytes + (x.out_bytes if x.saves_output else 0)
-        reads += layers[t - 1].out_bytes if t > 0 and x.saves_input else 0
-        grads = x.input_grad_bytes + (layers[t + 1].input_grad_bytes if t + 1 < n else 0)
-        backward_fixed.append(memory.units(reads + grads + param_grads + x.bwd_work_bytes))
-    backward_fixed.reverse()
-    forward_total = math.fsum(f)
-    f_end: list[float] = []
-    b_upto: list[float] = []
-    for i in range(n):  # exact prefix sums, quadratic in n: the deadline is looked at
-        if late(i):
-            return profile.t_ideal
-        f_end.append(math.fsum(f[: i + 1]))
-        b_upto.append(math.fsum(b[: i + 1]))
+    c = coefficients(profile)
+    n = c.n
+    f, b, s, out, internals = c.f, c.b, c.s, c.out, c.internals
+    d_out, d_in, f_end, b_upto = c.d_out, c.d_in, c.f_end, c.b_upto
+    cap = c.capacity(budget)
+    forward_total = c.forward_total
 
     cat = pulp.LpContinuous if relax else pulp.LpBinary
     prob = pulp.LpProblem("planopt_bound", pulp.LpMinimize)
     keep = [pulp.LpVariable(f"k{i}", 0, 1, cat) for i in range(n)]
     swap = [pulp.LpVariable(f"w{i}", 0, 1, cat) for i in range(n)]
     rec = [pulp.LpVariable(f"r{i}", 0, 1, cat) for i in range(n)]
-    makespan = pulp.LpVariable("T", lowBound=times.linear(profile.t_ideal))
+    makespan = pulp.LpVariable("T", lowBound=c.t_ideal)
     prob += makespan
     for i in range(n):
         prob += keep[i] + swap[i] + rec[i] == 1
@@ -147,8 +248,6 @@ def relaxation_bound(
     prob += rec_from[n] == 0
     prob += stall[0] == 0
     for t in range(n - 1, -1, -1):
-        if late(t):
-            return profile.t_ideal
         if t > 0:
             prob += stall[t] >= stall[t - 1]
         if t < n - 1:
@@ -163,8 +262,6 @@ def relaxation_bound(
     prob += back_from[n] == 0
     prob += out_from[n] == 0
     for t in range(n - 1, -1, -1):
-        if late(t):
-            return profile.t_ideal
         prob += back_from[t] == back_from[t + 1] + d_in[t] * swap[t]
         prob += out_from[t] == out_from[t + 1] + d_out[t] * swap[t]
         # Copies back of layers >= t run after the forward pass, before B_t.
@@ -182,21 +279,18 @@ def relaxation_bound(
     prob += swapped_below[0] == 0
     for i in range(n):
         prob += swapped_below[i + 1] == swapped_below[i] + s[i] * swap[i]
-    out_rate = dev.d2h_bandwidth * t_unit / m_unit
-    in_rate = dev.h2d_bandwidth * t_unit / m_unit
-    for i, layer in enumerate(layers):
-        if late(i):
-            return profile.t_ideal
+    out_rate, in_rate = c.out_rate, c.in_rate
+    for i in range(n):
         # Inside F_i: its input x_i (any action frees it no earlier than F_i's end),
         # its internals and output, its scratch, the kept products below i-1 and
         # the internals of i-1 when kept.
-        fixed = internals[i] + out[i] + memory.units(layer.fwd_work_bytes)
-        if layer.fwd > 0 and i == 0:
+        fixed = c.fwd_fixed[i]
+        if c.has_fwd[i] and i == 0:
             # F_0's check has no decision in it: a constant, which PuLP refuses
             # as a constraint (and compares without tolerance).
             if fixed > cap * (1 + 1e-12) + 1e-12:
                 return None
-        elif layer.fwd > 0:
+        elif c.has_fwd[i]:
             held = _still_held(
                 prob, f"R{i}", swapped_below, i - 1, out_rate, _fwd_gap(f_end, stall, i)
             )
@@ -204,16 +298,14 @@ def relaxation_bound(
             prob += below + held + out[i - 1] + fixed <= cap
         # Inside B_i: the kept products below i (the output of i-1 once, when B_i
         # reads it), and `backward_fixed`.
-        if layer.bwd > 0:
+        if c.has_bwd[i]:
             held = _still_held(prob, f"Q{i}", swapped_below, i, in_rate, _bwd_gap(b_upto, extra, i))
             below = kept_below[i]
-            if i > 0 and layer.saves_input and read[i - 1]:
+            if c.counts_input_once[i]:
                 # x_i is counted once, in what B_i reads, whether kept or copied back
                 below = below - out[i - 1] * (keep[i - 1] + swap[i - 1])
-            prob += below + held + backward_fixed[i] <= cap
+            prob += below + held + c.backward_fixed[i] <= cap
 
-    if deadline is not None:
-        time_limit = max(0.01, deadline - time.monotonic())  # what the build left
     solver = solve_with_highs(prob, work_limit=work_limit, timeLimit=time_limit, threads=threads)
     if meter is not None:
         meter.charge(BUILD_UNITS_PER_LAYER * n + solver.work(prob))
@@ -237,7 +329,7 @@ def relaxation_bound(
             bound = None
     if bound is None:
         return profile.t_ideal
-    return max(profile.t_ideal, times.from_linear(bound) * (1 - 1e-7))
+    return max(profile.t_ideal, c.seconds(bound) * (1 - 1e-7))
 
 
 def _window_starts(top: int, n: int) -> list[int]:
