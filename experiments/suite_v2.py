@@ -29,8 +29,8 @@ from planopt.experiment.suite import DEFAULT, SuiteConfig, run_suite
 V2_REPORT: SuiteConfig = replace(
     DEFAULT,
     name="v2-report",
-    curve_fractions=(0.9, 0.7, 0.6, 0.5, 0.4, 0.3),
-    seeds=2,
+    curve_fractions=(0.9, 0.7, 0.5, 0.3),
+    seeds=1,
     gap_lengths=(8, 12, 16),
     chain_version=2,
     scaling_lengths=(),
@@ -38,9 +38,9 @@ V2_REPORT: SuiteConfig = replace(
     large=False,
     skip_methods=("auto", "blocks", "lns"),
     work_limit=10.0,
-    exact_time_limit=60.0,
-    time_limit=30.0,
-    bound_time_limit=30.0,
+    exact_time_limit=600.0,
+    time_limit=600.0,
+    bound_time_limit=600.0,
     draws=10,
 )
 
