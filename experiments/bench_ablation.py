@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import math
 import os
 import platform
@@ -210,7 +211,10 @@ def per_instance(rows: dict[tuple[int, int, str], Outcome], names: list[str]) ->
         cells = []
         spans = []
         for name in names:
-            o = rows[(n, s, name)]
+            o = rows.get((n, s, name))
+            if o is None:
+                cells.append("-")
+                continue
             cells.append(f"{o.work:.1f}" + ("" if o.proven else " (not proven)"))
             if o.makespan is not None:
                 spans.append(o.makespan)
@@ -229,12 +233,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-guard", type=float, default=3000.0, help="seconds per solve")
     parser.add_argument("--variants", nargs="+", default=[*VARIANTS, "plain"])
     parser.add_argument("--output", type=Path, default=RESULTS / "exact_ablation.md")
+    parser.add_argument(
+        "--outcomes",
+        type=Path,
+        default=None,
+        help="a JSON-lines file of outcomes: read first (those solves are not repeated), "
+        "appended to after each solve, and the table written from all of it, so several "
+        "processes (say one per length) can share one table",
+    )
+    parser.add_argument("--first-seed", type=int, default=0)
     args = parser.parse_args(argv)
 
-    rows: dict[tuple[int, int, str], Outcome] = {}
+    rows = _read_outcomes(args.outcomes, args.work_limit)
     chosen = instances(args.lengths, args.seeds, args.headroom, args.fraction)
     for n, seed, profile, budget in chosen:
+        if seed < args.first_seed:
+            continue
         for name in args.variants:
+            rows.update(_read_outcomes(args.outcomes, args.work_limit))
+            if (n, seed, name) in rows:
+                continue
             if name == "plain":
                 outcome = run_plain(profile, budget, args.work_limit, args.time_guard)
             elif name != "exact" and same_as_defaults(name, n) and (n, seed, "exact") in rows:
@@ -242,8 +260,39 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 outcome = run_exact(name, profile, budget, args.work_limit, args.time_guard)
             rows[(n, seed, name)] = outcome
+            _append_outcome(args.outcomes, args.work_limit, n, seed, name, outcome)
             state = "proven" if outcome.proven else "not proven"
             print(f"L={n} seed={seed} {name}: {state} {outcome.seconds:.1f}s", flush=True)
+    if args.outcomes is not None:
+        rows.update(_read_outcomes(args.outcomes, args.work_limit))
+        args.lengths = sorted({n for n, _, _ in rows})
+        args.seeds = max(s for _, s, _ in rows) + 1
+    _write(args, rows)
+    return 0
+
+
+def _read_outcomes(path: Path | None, work: float) -> dict[tuple[int, int, str], Outcome]:
+    if path is None or not path.exists():
+        return {}
+    out = {}
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        if r["work_limit"] == work:
+            out[(r["n"], r["seed"], r["variant"])] = Outcome(
+                r["proven"], r["seconds"], r["work"], r["makespan"]
+            )
+    return out
+
+
+def _append_outcome(path: Path | None, work: float, n: int, seed: int, name: str, o: Outcome):
+    if path is None:
+        return
+    record = {"work_limit": work, "n": n, "seed": seed, "variant": name, **o.__dict__}
+    with path.open("a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def _write(args: argparse.Namespace, rows: dict[tuple[int, int, str], Outcome]) -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     command = (
         f"python -m experiments.bench_ablation --lengths {' '.join(map(str, args.lengths))} "
@@ -290,7 +339,6 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     print(args.output.read_text())
-    return 0
 
 
 if __name__ == "__main__":
