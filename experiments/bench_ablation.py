@@ -242,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         "processes (say one per length) can share one table",
     )
     parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--note", default="", help="a paragraph added under the header")
     args = parser.parse_args(argv)
 
     rows = _read_outcomes(args.outcomes, args.work_limit)
@@ -328,6 +329,7 @@ def _write(args: argparse.Namespace, rows: dict[tuple[int, int, str], Outcome]) 
                 "counts as slower than any proven one in the medians; '= defaults': the switch "
                 "changes nothing at that L (the defaults' outcome is repeated).",
                 "",
+                *([args.note, ""] if args.note else []),
                 *table(rows, args.lengths, args.variants),
                 "",
                 "Per instance (work units; 'same makespan': every variant that found a plan "

@@ -252,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         help="only the back-end agreement table (exact_backends.md)",
     )
     parser.add_argument("--no-backends", action="store_true", help="skip exact_backends.md")
+    parser.add_argument("--first-seed", type=int, default=0, help="skip the seeds below it")
     parser.add_argument(
         "--rows",
         type=Path,
@@ -315,7 +316,7 @@ def _backends(args: argparse.Namespace, version: int) -> None:
 def _instances(args: argparse.Namespace, version: int) -> None:
     rows: list[Row] = []
     for n in args.lengths:
-        for seed in range(args.seeds if n <= 32 else 1):
+        for seed in range(args.first_seed, args.seeds if n <= 32 else 1):
             profile = planopt.random_chain(n, seed=seed, family="mixed", version=version)
             for fraction in FRACTIONS:
                 row = run_instance(
