@@ -243,7 +243,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--note", default="", help="a paragraph added under the header")
+    parser.add_argument(
+        "--defaults",
+        nargs="*",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set RESTART_MAX_SLICES, POLISH_FROM_LAYERS or PROBE_WORK for this run (the "
+        "defaults the outcomes file was measured with, to redraw its table)",
+    )
     args = parser.parse_args(argv)
+    for item in args.defaults:
+        name, value = item.split("=")
+        module = exact if name == "POLISH_FROM_LAYERS" else exact_search
+        if not hasattr(module, name):
+            parser.error(f"--defaults: unknown constant {name!r}")
+        setattr(module, name, type(getattr(module, name))(float(value)))
 
     rows = _read_outcomes(args.outcomes, args.work_limit)
     chosen = instances(args.lengths, args.seeds, args.headroom, args.fraction)

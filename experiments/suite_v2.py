@@ -26,6 +26,8 @@ import statistics
 from dataclasses import replace
 from pathlib import Path
 
+from planopt.experiment import suite
+from planopt.experiment.cache import DEFAULT_CACHE_DIR, Cache
 from planopt.experiment.suite import DEFAULT, SuiteConfig, run_suite
 
 V2_REPORT: SuiteConfig = replace(
@@ -72,6 +74,7 @@ def certificate_table(gap_csv: Path) -> list[str]:
             if r["reference"] == "optimum"
             else max(0.0, float(r["best_known_s"]) / float(r["reference_s"]) - 1)
             for r in rs
+            if r["reference"] == "optimum" or (r["best_known_s"] and r["reference_s"])
         ]
         proven = sum(1 for r in rs if r["reference"] == "optimum")
         lengths = sorted({int(r["n_layers"]) for r in rs})
@@ -80,8 +83,35 @@ def certificate_table(gap_csv: Path) -> list[str]:
         lines.append(
             f"| {group} | {span} | {len(rs)} | {proven} | {gap_cell} | "
             f"{_pct(statistics.median(cert))} / {_pct(max(cert))} | {len(rs) - len(gaps)} |"
+            if cert
+            else f"| {group} | {span} | {len(rs)} | {proven} | {gap_cell} | - | "
+            f"{len(rs) - len(gaps)} |"
         )
     return lines
+
+
+def _skip_uncached(methods: set[str], cache: Cache) -> str:
+    """Patch the suite's job list to leave out the uncached jobs of `methods`; returns
+    what was left out, per method."""
+    if not methods:
+        return ""
+    build = suite.build_jobs
+    dropped: dict[str, int] = {}
+
+    def cached_only(config, chosen=None):
+        main, backends = build(config, chosen)
+        dropped.clear()
+        kept = []
+        for job in main:
+            if job.method in methods and cache.get(job.key()) is None:
+                dropped[job.method] = dropped.get(job.method, 0) + 1
+            else:
+                kept.append(job)
+        return kept, backends
+
+    suite.build_jobs = cached_only
+    suite.build_jobs(V2_REPORT)  # fill `dropped` now
+    return ", ".join(f"{n} {m} jobs" for m, n in sorted(dropped.items()))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,15 +119,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("experiments"))
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--no-plots", action="store_true")
-    args = parser.parse_args(argv)
-    headline = run_suite(
-        args.out,
-        V2_REPORT,
-        max_workers=args.workers,
-        plots=not args.no_plots,
-        command="python -m experiments.suite_v2",
+    parser.add_argument("--cache", type=Path, default=Path(DEFAULT_CACHE_DIR))
+    parser.add_argument(
+        "--skip-uncached",
+        nargs="*",
+        default=[],
+        metavar="METHOD",
+        help="leave out the jobs of these methods that are not in the cache (a run cut "
+        "short: the tables from what it finished; certificate.md counts what was left out)",
     )
+    parser.add_argument(
+        "--certificate-only",
+        action="store_true",
+        help="only certificate.md, from gap_instances.csv",
+    )
+    args = parser.parse_args(argv)
+    left_out = _skip_uncached(set(args.skip_uncached), Cache(args.cache))
     tables = args.out / "results" / "sweep"
+    if not args.certificate_only:
+        headline = run_suite(
+            args.out,
+            V2_REPORT,
+            cache=Cache(args.cache),
+            max_workers=args.workers,
+            plots=not args.no_plots,
+            command="python -m experiments.suite_v2",
+        )
+        print(
+            f"{headline['jobs']} jobs, {headline['computed']} computed, {headline['seconds']:.0f} s"
+        )
     (tables / "certificate.md").write_text(
         "\n".join(
             [
@@ -108,14 +158,18 @@ def main(argv: list[str] | None = None) -> int:
                 "where it proved one, else the best proven lower bound. The certificate's "
                 "own gap is how far that reference may sit below the true optimum: 0 where "
                 "proven optimal, else the best plan found over the bound (an upper limit "
-                "on how much the gap column over-states the greedy's true gap).",
+                "on how much the gap column over-states the greedy's true gap)."
+                + (
+                    f" Left out, not finished when the run was cut short: {left_out}."
+                    if left_out
+                    else ""
+                ),
                 "",
                 *certificate_table(tables / "gap_instances.csv"),
                 "",
             ]
         )
     )
-    print(f"{headline['jobs']} jobs, {headline['computed']} computed, {headline['seconds']:.0f} s")
     return 0
 
 
