@@ -60,7 +60,10 @@ class SuiteConfig:
     small_bundled: tuple[str, ...] = SMALL_BUNDLED
     curve_fractions: tuple[float, ...] = (0.9, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2)
     families: tuple[str, ...] = ("uniform", "cnn", "transformer", "mixed")
-    chain_version: int = 2  # the cost model of the random chains (`planopt.random_chain`)
+    # The cost model of the random chains (`planopt.random_chain`). NOTE: 1 keeps the
+    # report's v1 suite as it was; under 2 most short chains cannot meet 50% or 30%
+    # (the gradients must fit too), so the gap and scaling sweeps share no jobs.
+    chain_version: int = 1
     gap_lengths: tuple[int, ...] = (8, 12, 16)
     gap_fractions: tuple[float, ...] = (0.7, 0.5, 0.3)
     seeds: int = 2
