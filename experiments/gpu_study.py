@@ -4,6 +4,10 @@ One command on a machine with a CUDA GPU:
 
     python -m experiments.gpu_study                  # writes results/gpu_study.md (+ .json)
 
+and then the timing fidelity table on the GPU, `results/fidelity_time_gpu.md`
+(`experiments.bench_fidelity_time --device cuda`: real copy streams, the
+link measured by the profiler; `--no-fidelity-time` skips it).
+
 and, so that the script cannot rot, the same end to end on CPU at tiny sizes:
 
     python -m experiments.gpu_study --device cpu     # writes results/gpu_study_cpu.md
@@ -40,6 +44,7 @@ from pathlib import Path
 import torch
 
 import planopt
+from experiments import bench_fidelity_time as fidelity_time
 from planopt import registry
 from planopt.errors import UnsupportedProfileError
 from planopt.runtime import reference_model
@@ -294,6 +299,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--progress", action="store_true", help="tqdm bars while profiling")
     parser.add_argument("--output", type=Path, default=None, help="markdown report (+ .json)")
+    parser.add_argument(
+        "--no-fidelity-time",
+        action="store_true",
+        help="on CUDA, skip results/fidelity_time_gpu.md (experiments.bench_fidelity_time)",
+    )
     args = parser.parse_args(argv)
     if args.device is None:
         parser.error("no CUDA device: run on a GPU machine, or pass --device cpu (tiny sizes)")
@@ -340,6 +350,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     output.with_suffix(".json").write_text(json.dumps(payload, indent=1) + "\n")
     print(f"wrote {output} and {output.with_suffix('.json')}")
+    if not cpu and not args.no_fidelity_time:
+        # The timing fidelity table on the GPU: real streams and the real link.
+        fidelity_time.main(["--device", args.device, "--size", args.size, "--seed", str(args.seed)])
     return 0
 
 

@@ -11,14 +11,23 @@ has forward `1 + i mod 3` ms, backward twice that, and one saved activation
 activation memory. Every solve runs in this one process, one after the
 other, on the same chains:
 
-* `remat-dp`: this package's DP (wall time of `planopt.solve`, model and
-  proof included; the median of `--repeats` runs up to 1,000 layers);
+* `remat-dp`: this package's DP, timed twice: the method as `planopt.solve`
+  calls it (profile to proven plan: model, bound, search, certificate and
+  `Plan`; like for like with Rotor's C call below), and `planopt.solve`
+  itself (adds the request's checks, the joint space's minimum budget and
+  the simulator's re-scoring, common to every method); CPU seconds of this
+  process (the machine is shared: wall time would count other processes'
+  turns, and a run longer than a scheduler slice waits out theirs),
+  medians of `--repeats` runs up to 1,000 layers;
 * `recompute-only`: this package's MIP (CP-SAT, 2 threads, `--mip-limit`
   seconds, up to `--mip-max` layers);
 * Rotor: Beaumont et al.'s DP as Rockmate 2.0 ships it (its C solver, with
   Rockmate's default memory unit of 1 MiB), where Rockmate is installed
   (`pip install --no-deps rockmate`; see `experiments/peers.py`), while its
-  table of `(slots + 1) (L + 1)^2` cells fits the solver's int index;
+  table of `(slots + 1) (L + 1)^2` cells fits the solver's int index. Timed:
+  the C call that fills the table and reads the optimum (`RkTable` and
+  `get_opt`, CPU seconds, the same medians); not timed: building its chain from the
+  profile in Python (microseconds) and its schedule (`get_sequence`);
 * Checkmate's MILP is not run: Checkmate is not on PyPI.
 
 A last table solves the bundled nets at the same budgets (`--no-bundled`
@@ -37,13 +46,16 @@ import os
 import platform
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import planopt
 from planopt.budget import space_min_budget
 from planopt.bundled import bundled_profile, bundled_profile_names
+from planopt.problem import Problem
 from planopt.profile import Device, Layer, Profile
+from solvers.remat.chain import ChainModel
+from solvers.remat_dp import remat_dp
 
 from . import peers
 
@@ -72,17 +84,26 @@ class Timed:
     seconds: float
     overhead: float | None = None
     note: str = ""
+    method_seconds: float | None = None  # the method alone (remat-dp only)
 
 
-def time_dp(profile: Profile, budget: float, repeats: int) -> Timed:
-    runs = []
+def time_dp(profile: Profile, budget: float, repeats: int, *, alone: bool = True) -> Timed:
+    """`planopt.solve` and (`alone`) the method by itself, alternated, medians of `repeats`."""
+    runs, method_runs = [], []
     sol = None
+    problem = Problem(profile, budget, planopt.min_budget(profile))
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = time.process_time()
         sol = planopt.solve(profile, budget, "remat-dp")
-        runs.append(time.perf_counter() - start)
+        runs.append(time.process_time() - start)
+        if not alone or sol.message.startswith("budget must be at least"):  # no method ran
+            continue
+        start = time.process_time()
+        remat_dp(problem)
+        method_runs.append(time.process_time() - start)
     overhead = sol.schedule.overhead if sol.schedule is not None else None
-    return Timed(sol.status.value, statistics.median(runs), overhead, sol.message)
+    method = statistics.median(method_runs) if method_runs else None
+    return Timed(sol.status.value, statistics.median(runs), overhead, sol.message, method)
 
 
 def time_mip(profile: Profile, budget: float, limit: float) -> Timed:
@@ -94,11 +115,15 @@ def time_mip(profile: Profile, budget: float, limit: float) -> Timed:
     return Timed(sol.status.value, seconds, overhead, note)
 
 
-def time_rotor(profile: Profile, budget: float) -> Timed:
-    run = peers.rotor(profile, budget - profile.static_bytes)
+def time_rotor(profile: Profile, budget: float, repeats: int) -> Timed:
+    """Rotor's C call, median of `repeats` (the first run is not treated apart)."""
+    activation = budget - profile.static_bytes
+    runs = [peers.rotor(profile, activation, clock=time.process_time) for _ in range(repeats)]
+    run = runs[-1]
     if math.isnan(run.seconds):
         return Timed("-", math.nan, None, run.note)
-    return Timed("optimal" if run.proven else run.note, run.seconds)
+    seconds = statistics.median(r.seconds for r in runs)
+    return Timed("optimal" if run.proven else run.note, seconds)
 
 
 def _cell(t: Timed | None, limit: float | None = None) -> str:
@@ -118,18 +143,26 @@ def _seconds(s: float) -> str:
     return f"{s:.3g} s"
 
 
-def _summary(rows) -> str:
-    """One sentence: where remat-dp proves 1,000 layers, and from which L it beats Rotor."""
+def _ours(dp: Timed) -> float:
+    """The method's own time where it ran (like for like with Rotor's C call)."""
+    return dp.method_seconds if dp.method_seconds is not None else dp.seconds
+
+
+def _summary(rows, floor: tuple[int, float] | None = None) -> str:
+    """Where remat-dp proves 1,000 layers, from which L it beats Rotor, and by how much
+    Rotor wins below that (CPU seconds, see the header)."""
     thousand = [dp.seconds for _, n, dp, _, _ in rows if n == 1000 and dp.status == "optimal"]
     faster_from = []
+    behind = []  # (ratio ours / theirs, n, fraction) where Rotor is faster
     for fraction in sorted({r[0] for r in rows}):
         timed = [
-            (n, dp.seconds, rotor.seconds)
+            (n, _ours(dp), rotor.seconds)
             for frac, n, dp, _, rotor in rows
             if frac == fraction and rotor is not None and not math.isnan(rotor.seconds)
         ]
         slower = [n for n, ours, theirs in timed if ours >= theirs]
         faster = [n for n, ours, theirs in timed if ours < theirs and n > max(slower, default=0)]
+        behind += [(ours / theirs, n, fraction) for n, ours, theirs in timed if ours >= theirs]
         if faster:
             faster_from.append((min(faster), f"{fraction:.0%}"))
     parts = []
@@ -142,11 +175,20 @@ def _summary(rows) -> str:
             where = f"from {faster_from[0][0]} layers on at every budget"
         else:
             where = "from " + ", ".join(f"{n} layers on at {f}" for n, f in faster_from)
+        parts.append(f"the method is faster than Rotor's C DP {where}")
+    if behind:
+        ratio, n, fraction = max(behind)
         parts.append(
-            f"it is faster than Rotor's C DP {where} (below, Rotor's C takes a "
-            "millisecond or less where this Python takes a few)"
+            f"below that Rotor's C is faster, by up to {ratio:.0f}x ({n} layers, {fraction:.0%})"
         )
-    return ("; ".join(parts) + ".") if parts else ""
+    text = ("; ".join(parts) + ".") if parts else ""
+    if floor is not None:
+        n, seconds = floor
+        text += (
+            f" The floor of this Python at {n} layers: building the chain's model alone "
+            f"(its arrays and cost table, before any search) takes {_seconds(seconds)}."
+        )
+    return text
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -168,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
             repeats = args.repeats if n <= 1000 else 1
             dp = time_dp(profile, budget, repeats)
             mip = time_mip(profile, budget, args.mip_limit) if n <= args.mip_max else None
-            rotor = time_rotor(profile, budget) if n <= args.rotor_max else None
+            rotor = time_rotor(profile, budget, repeats) if n <= args.rotor_max else None
             rows.append((fraction, n, dp, mip, rotor))
             print(fraction, n, dp, mip, rotor, flush=True)
     nets = []
@@ -176,23 +218,35 @@ def main(argv: list[str] | None = None) -> None:
         profile = bundled_profile(name)
         minimum = time_min_budget(profile)
         cells = [
-            time_dp(profile, planopt.budget_from_fraction(profile, f), 1) for f in args.fractions
+            time_dp(profile, planopt.budget_from_fraction(profile, f), 1, alone=False)
+            for f in args.fractions
         ]
         nets.append((name, len(profile.layers), minimum, cells))
         print(name, minimum, cells, flush=True)
-    write(args, rows, nets)
+    write(args, rows, nets, time_model(min(args.lengths)))
+
+
+def time_model(n: int, repeats: int = 21) -> tuple[int, float]:
+    """(n, median seconds to build the DP's model of the n-layer chain): the Python floor."""
+    profile = synthetic_chain(n)
+    runs = []
+    for _ in range(repeats):
+        start = time.process_time()
+        ChainModel(profile)
+        runs.append(time.process_time() - start)
+    return n, statistics.median(runs)
 
 
 def time_min_budget(profile: Profile) -> tuple[float, float]:
     """(the recompute-only space's minimum budget as a fraction of keep-all, seconds)."""
-    start = time.perf_counter()
+    start = time.process_time()
     value = space_min_budget(profile, "recompute-only").value
-    seconds = time.perf_counter() - start
+    seconds = time.process_time() - start
     keep_all = planopt.keep_all_peak(profile)
     return (value - profile.static_bytes) / (keep_all - profile.static_bytes), seconds
 
 
-def write(args, rows, nets=()) -> None:
+def write(args, rows, nets=(), floor: tuple[int, float] | None = None) -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
     lines = [
         "# remat-dp: time to a proven recompute-only optimum",
@@ -202,31 +256,45 @@ def write(args, rows, nets=()) -> None:
         f"(1-minute load average {load:.1f} at the end); every solve in one process, one "
         "after the other. Chain: layer `i` has forward `1 + i mod 3` ms, backward twice "
         "that, activation `64 + 16 (i mod 4)` MiB; budget = fraction of keep-all "
-        "activation memory. remat-dp: median of "
-        f"{args.repeats} runs up to 1,000 layers, one beyond. MIP: `recompute-only` on "
-        f"CP-SAT, 2 threads, {args.mip_limit:g} s limit. Rotor: Rockmate 2.0's C solver "
-        f"(1 MiB units), up to {args.rotor_max} layers (at 400 its table of "
-        "(slots + 1)(L + 1)^2 cells holds 1.7-2.8 billion cells, 20-34 GB, past the "
-        "solver's int index at 50%). Checkmate: not on "
+        "activation memory. Times are CPU seconds of this process (`time.process_time`: "
+        "the machine is shared, and wall time counts the other processes' turns; the "
+        "MIP's are wall seconds, it runs 2 threads), medians of "
+        f"{args.repeats} runs up to 1,000 layers, one beyond. **remat-dp, the method**: "
+        "`remat_dp(problem)` as `planopt.solve` calls it, from the profile to the proven "
+        "plan (model, bound, search, certificate, `Plan`); like for like with Rotor's "
+        "column, which times Rockmate's C call that fills its table and reads the optimum "
+        "(`RkTable` and `get_opt`; building its chain in Python, microseconds, and its "
+        "schedule are not timed). **planopt.solve** adds what every method gets: the "
+        "request's checks, the joint space's minimum budget and the simulator's re-scoring. "
+        f"MIP: `recompute-only` on CP-SAT, 2 threads, {args.mip_limit:g} s limit. Rotor: "
+        f"Rockmate 2.0's C solver (1 MiB units), up to {args.rotor_max} layers (at 400 its "
+        "table of (slots + 1)(L + 1)^2 cells holds 1.7-2.8 billion cells, 20-34 GB, past "
+        "the solver's int index at 50%). Checkmate: not on "
         "PyPI, not run. The three model memory differently (Rotor: whole units, input and "
         "output resident, nested recomputation): compare times to proof, not makespans.",
         "",
     ]
-    lines += [_summary(rows), ""]
+    lines += [_summary(rows, floor), ""]
     for fraction in args.fractions:
         lines += [
             f"## Budget {fraction:.0%} of keep-all activations",
             "",
-            "| L | remat-dp | its overhead | MIP `recompute-only` | Rotor's DP (Rockmate 2.0, C) |",
-            "|---:|---|---:|---|---|",
+            "| L | remat-dp, the method | planopt.solve | its overhead | MIP `recompute-only` "
+            "| Rotor's DP (Rockmate 2.0, C) |",
+            "|---:|---|---|---:|---|---|",
         ]
         for frac, n, dp, mip, rotor in rows:
             if frac != fraction:
                 continue
             overhead = f"{dp.overhead:.2%}" if dp.overhead is not None else "–"
+            method = (
+                _cell(replace(dp, seconds=dp.method_seconds))
+                if dp.method_seconds is not None
+                else "– (answered before any method)"
+            )
             lines.append(
-                f"| {n} | {_cell(dp)} | {overhead} | {_cell(mip, args.mip_limit)} | "
-                f"{_cell(rotor)} |"
+                f"| {n} | {method} | {_cell(dp)} | {overhead} | "
+                f"{_cell(mip, args.mip_limit)} | {_cell(rotor)} |"
             )
         lines.append("")
     if nets:

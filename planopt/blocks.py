@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,6 +49,7 @@ from planopt.errors import InvalidProfileError
 from planopt.profile import Profile
 
 DEFAULT_RTOL = 0.05
+STOP_STRIDE = 256  # layers (or periods) between two looks at a caller's `stop`
 
 
 @dataclass(frozen=True)
@@ -129,15 +131,26 @@ class BlockStructure:
 
 
 def layer_keys(
-    profile: Profile, *, rtol: float = DEFAULT_RTOL, use_signatures: bool = True
+    profile: Profile,
+    *,
+    rtol: float = DEFAULT_RTOL,
+    use_signatures: bool = True,
+    stop: Callable[[], bool] | None = None,
 ) -> tuple[int, ...]:
-    """A small integer per layer; equal integers mean "same layer" (see the module note)."""
+    """A small integer per layer; equal integers mean "same layer" (see the module note).
+
+    `stop`, looked at every `STOP_STRIDE` layers: once it says so, every layer
+    not yet compared gets a key of its own (so it joins no repeat).
+    """
     rtol = _check_rtol(rtol)
     keys: list[int] = []
     by_signature: dict[str, int] = {}
     clusters = _Clusters(rtol)
     next_key = 0
-    for layer in profile.layers:
+    for i, layer in enumerate(profile.layers):
+        if stop is not None and i % STOP_STRIDE == 0 and stop():
+            rest = len(profile.layers) - i
+            return (*keys, *range(next_key, next_key + rest))
         if use_signatures and layer.signature is not None:
             if layer.signature not in by_signature:
                 by_signature[layer.signature] = next_key
@@ -246,12 +259,18 @@ def _numbers(layer) -> np.ndarray:
 
 
 def _best_repeat(
-    keys: np.ndarray, numeric: np.ndarray, lo: int, hi: int, min_layers: int, min_numeric: int
+    keys: np.ndarray,
+    numeric: np.ndarray,
+    lo: int,
+    hi: int,
+    min_layers: int,
+    min_numeric: int,
+    stop: Callable[[], bool] | None = None,
 ) -> Repeat | None:
     """The tandem repeat in `keys[lo:hi]` covering most layers (ties: shorter period, earlier).
 
     `numeric[i]`: layer `i` is keyed by its numbers (then the repeat must
-    cover `min_numeric` layers).
+    cover `min_numeric` layers). Once `stop` says so, the best found so far.
     """
     best: Repeat | None = None
     best_cover = 0
@@ -260,6 +279,8 @@ def _best_repeat(
     for p in range(1, m // 2 + 1):
         if m // p * p <= best_cover:
             break  # no repeat of this period or longer can cover more
+        if stop is not None and p % STOP_STRIDE == 0 and stop():
+            break
         eq = seg[:-p] == seg[p:]
         if not eq.any():
             continue
@@ -284,6 +305,7 @@ def find_blocks(
     use_signatures: bool = True,
     min_layers: int = 2,
     min_numeric_layers: int = 4,
+    stop: Callable[[], bool] | None = None,
 ) -> BlockStructure:
     """The repeated blocks of `profile` and the irregular layers around them.
 
@@ -291,13 +313,14 @@ def find_blocks(
     without a signature, or all of them with `use_signatures=False`).
     `min_layers`: a repeat must cover at least this many layers, and
     `min_numeric_layers` when some of its layers are compared by numbers
-    (see the module note on chance matches).
+    (see the module note on chance matches). `stop` (a solver's deadline,
+    looked at now and then): once it says so, the repeats found so far.
     """
     profile = resolve_profile(profile)
     for what, value in (("min_layers", min_layers), ("min_numeric_layers", min_numeric_layers)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 2:
             raise InvalidProfileError(f"find_blocks: {what} must be an integer >= 2, got {value!r}")
-    keys = layer_keys(profile, rtol=rtol, use_signatures=use_signatures)
+    keys = layer_keys(profile, rtol=rtol, use_signatures=use_signatures, stop=stop)
     arr = np.array(keys, dtype=np.int64)
     numeric = np.array(
         [not (use_signatures and layer.signature is not None) for layer in profile.layers]
@@ -308,7 +331,9 @@ def find_blocks(
         lo, hi = todo.pop()
         if hi - lo < min_layers:
             continue
-        rep = _best_repeat(arr, numeric, lo, hi, min_layers, min_numeric_layers)
+        if stop is not None and stop():
+            break
+        rep = _best_repeat(arr, numeric, lo, hi, min_layers, min_numeric_layers, stop)
         if rep is None:
             continue
         found.append(rep)

@@ -78,3 +78,89 @@ def check_option_types(method: str, fn: Callable, options: dict) -> None:
             raise SolverOptionError(
                 f"method {method!r}: option {key} must be {_describe(hint)}, got {show(value)}"
             )
+
+
+# -- options from text (the command line's `--option NAME=VALUE`) ----------------------
+
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
+
+
+def _from_text(text: str, hint: object) -> tuple[bool, object]:
+    """`(parsed, value)`: `text` read as the annotated type `hint` (unions in order)."""
+    if hint is type(None):
+        return (True, None) if text.lower() in ("none", "null") else (False, None)
+    if hint is bool:
+        low = text.lower()
+        return (True, low in _TRUE) if low in _TRUE + _FALSE else (False, None)
+    if hint is int or hint is float:
+        try:
+            return True, hint(text)
+        except ValueError:
+            return False, None
+    if hint is str:
+        return True, text
+    if typing.get_origin(hint) in (types.UnionType, typing.Union):
+        args = typing.get_args(hint)
+        # None first, then the narrower kinds: "none" is None, "3" an int, "3.5" a float.
+        order = {type(None): 0, bool: 1, int: 2, float: 3}
+        for arg in sorted(args, key=lambda a: order.get(a, 4)):
+            parsed, value = _from_text(text, arg)
+            if parsed:
+                return True, value
+        return False, None
+    if isinstance(hint, type) and hint.__name__ == "Plan" and hint.__module__ == "planopt.plan":
+        from planopt.io import load_plan
+
+        return True, load_plan(text)  # a plan file; its errors name the file
+    return False, None
+
+
+def _settable(hint: object) -> bool:
+    """Whether `_from_text` can make a value of `hint` from text."""
+    if hint in (type(None), bool, int, float, str):
+        return True
+    if typing.get_origin(hint) in (types.UnionType, typing.Union):
+        return all(_settable(arg) for arg in typing.get_args(hint))
+    return isinstance(hint, type) and hint.__name__ == "Plan" and hint.__module__ == "planopt.plan"
+
+
+def parse_options(method: str, fn: Callable, allowed: list[str], texts: list[str]) -> dict:
+    """Options of `method` from `NAME=VALUE` texts, each value read as its annotation says.
+
+    Booleans are true/false (yes/no, on/off, 1/0), `none` is None where the
+    option allows it, and an option taking a `planopt.Plan` takes a plan file.
+    Unknown names list the method's options; ranges and choices stay the
+    method's own checks (through `planopt.solve`), as from the API.
+    """
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # annotations that do not resolve: every value stays text
+        hints = {}
+    options: dict = {}
+    for text in texts:
+        name, sep, raw = text.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise SolverOptionError(f"--option must be NAME=VALUE, got {text!r}")
+        if name not in allowed:
+            listing = ", ".join(allowed) if allowed else "none"
+            raise SolverOptionError(
+                f"method {method!r}: --option must name one of its options ({listing}), "
+                f"got {name!r}"
+            )
+        if name in options:
+            raise SolverOptionError(f"--option {name} must be given once, got it twice")
+        hint = hints.get(name, str)
+        if not _settable(hint):
+            raise SolverOptionError(
+                f"method {method!r}: option {name} takes {_describe(hint)}, which the "
+                f"command line cannot give; pass it to planopt.solve"
+            )
+        parsed, value = _from_text(raw.strip(), hint)
+        if not parsed:
+            raise SolverOptionError(
+                f"method {method!r}: option {name} must be {_describe(hint)}, got {raw!r}"
+            )
+        options[name] = value
+    return options

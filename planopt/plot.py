@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from planopt.errors import PlanoptError
+from planopt.errors import OutputPathError, PlanoptError
+from planopt.paths import check_output_path
 from planopt.plan import Plan
 from planopt.profile import Profile
 from planopt.schedule import OpKind, Resource, Schedule
@@ -228,18 +229,22 @@ def timeline_figure(
     return fig
 
 
-def save_figure(fig: Figure, path: str | Path, *, dpi: int = 150) -> Path:
-    """Write `fig` to `path`; the suffix picks the format (.png, .svg or .pdf)."""
-    path = Path(path)
+def save_figure(
+    fig: Figure, path: str | Path, *, dpi: int = 150, what: str = "figure path"
+) -> Path:
+    """Write `fig` to `path`; the suffix picks the format (.png, .svg or .pdf). The path
+    follows `planopt.paths`' rule (its folder must exist); `what` names it in errors."""
+    path = check_output_path(path, what)  # no folder is created (planopt.paths' one rule)
     if path.suffix.lower() not in FIGURE_FORMATS:
-        raise PlanoptError(
-            f"figure path must end in {', '.join(FIGURE_FORMATS)}, got {str(path)!r}"
-        )
+        raise PlanoptError(f"{what} must end in {', '.join(FIGURE_FORMATS)}, got {str(path)!r}")
     import matplotlib
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with matplotlib.rc_context({"svg.hashsalt": "planopt"}):
-        fig.savefig(path, dpi=dpi, metadata=_metadata(path))
+    try:
+        with matplotlib.rc_context({"svg.hashsalt": "planopt"}):
+            fig.savefig(path, dpi=dpi, metadata=_metadata(path))
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise OutputPathError(f"{what} {str(path)!r} cannot be written ({reason})") from None
     return path
 
 

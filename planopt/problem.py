@@ -116,6 +116,11 @@ class Problem:
             return True
         return self.deadline is not None and time.monotonic() >= self.deadline
 
+    def out_of_time(self) -> bool:
+        """Past the deadline (the wall clock only: a check that must not depend on work,
+        so a work-limited solve takes the same steps on any machine)."""
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
     def share(
         self,
         fraction: float = 1.0,

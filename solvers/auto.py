@@ -15,30 +15,33 @@ solver's where it ran, else the LP relaxation's (`planopt.lower_bound`).
 
 from __future__ import annotations
 
-from planopt.blocks import find_blocks
+from planopt.blocks import BlockStructure, find_blocks
 from planopt.errors import SolverOptionError
 from planopt.problem import Problem
 from planopt.result import SolverOutput
-from solvers.blocks import blocks
-from solvers.lns import WINDOW_WORK, lns
+from solvers.blocks import plan_blocks, structure_stop
+from solvers.lns import WINDOW_WORK, check_options, lns
 
 DEFAULT_EXACT_LAYERS = 12
 BLOCK_COVERAGE = 0.5  # repeats must cover this share of the layers for "blocks"
 
 
-def choose(problem: Problem, exact_layers: int, rtol: float) -> tuple[str, str]:
-    """The method auto uses for `problem`, and why (one line)."""
+def choose(
+    problem: Problem, exact_layers: int, rtol: float
+) -> tuple[str, str, BlockStructure | None]:
+    """The method auto uses for `problem`, why (one line), and the repeats it found."""
     n = problem.n
     if n <= exact_layers:
-        return "exact", f"{n} layers <= exact_layers={exact_layers}"
-    structure = find_blocks(problem.profile, rtol=rtol)
+        return "exact", f"{n} layers <= exact_layers={exact_layers}", None
+    structure = find_blocks(problem.profile, rtol=rtol, stop=structure_stop(problem))
     if structure.covered >= BLOCK_COVERAGE * n:
-        return "blocks", f"repeated blocks {structure.summary()} cover {structure.covered}/{n}"
+        why = f"repeated blocks {structure.summary()} cover {structure.covered}/{n}"
+        return "blocks", why, structure
     if structure.found:
         why = f"repeats {structure.summary()} cover only {structure.covered}/{n} layers"
     else:
         why = "no repeated blocks"
-    return "lns", f"{n} layers, {why}"
+    return "lns", f"{n} layers, {why}", structure
 
 
 def auto(
@@ -53,13 +56,16 @@ def auto(
     """Exact for small nets, blocks for repeated ones, lns otherwise (see the module doc)."""
     if isinstance(exact_layers, bool) or not isinstance(exact_layers, int) or exact_layers < 0:
         raise SolverOptionError(f"exact_layers must be an integer >= 0, got {exact_layers!r}")
-    method, why = choose(problem, exact_layers, rtol)
+    method, why, structure = choose(problem, exact_layers, rtol)
     if method == "exact":
         from solvers.exact import solve_exact
 
         out = solve_exact(problem, threads=threads, max_layers=max(exact_layers, 1))
     elif method == "blocks":
-        out = blocks(problem, rtol=rtol, window=window, window_work=window_work)
+        assert structure is not None
+        # the structure `choose` found, not a second search for it (seconds at 10^5 layers)
+        window, window_work = check_options(window, window_work)
+        out = plan_blocks(problem, structure, window, window_work)
     else:
         out = lns(problem, window=window, window_work=window_work)
     return SolverOutput(

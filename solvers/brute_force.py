@@ -114,7 +114,7 @@ def brute_force(
         raise SolverOptionError(
             f"method 'brute-force': the net must have at most max_layers={max_layers} layers "
             f"(the number of plans explodes), got {n}; to allow it pass max_layers={n} to "
-            f"planopt.solve (the command line takes no method options yet), or prove the "
+            f"planopt.solve (--option max_layers={n} on the command line), or prove the "
             f"optimum of a net this size with method 'exact' (--method exact)"
         )
     score = problem.scorer.score

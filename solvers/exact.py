@@ -99,9 +99,9 @@ def _check_size(problem: Problem, max_layers: int) -> None:
         raise SolverOptionError(
             f"method 'exact': the net must have at most max_layers={max_layers} layers (the "
             f"model grows with L^2), got {problem.n}; to allow it pass max_layers={problem.n} "
-            f"to planopt.solve (the command line takes no method options yet), or plan a net "
-            f"this size with method 'lns' or 'auto' (--method lns) and bound its optimum with "
-            f"method 'lower-bound'"
+            f"to planopt.solve (--option max_layers={problem.n} on the command line), or plan a "
+            f"net this size with method 'lns' or 'auto' (--method lns) and bound its optimum "
+            f"with method 'lower-bound'"
         )
 
 
@@ -116,6 +116,8 @@ def _warm_starts(problem: Problem, actions: Sequence[Action], given: Plan | None
     if given is not None:
         plans.append(given.for_profile(problem.profile))
     for name in [*registry.by_role(Role.BASELINE), "greedy"]:
+        if problem.out_of_time():
+            break  # 10^4 layers: seconds per starter; the minimum-memory plan still comes
         plan = registry.get(name).load()(problem).plan
         if plan is not None:
             plans.append(plan)
@@ -146,6 +148,8 @@ def _incumbent(problem: Problem, plans: list[Plan], with_swap_wait: bool):
     for plan in plans:
         if not with_swap_wait and any(w is not None for w in plan.swap_wait):
             continue
+        if best is not None and problem.out_of_time():
+            break  # one that fits is enough once the time is out (10^5 layers: 1 s a plan)
         makespan, peak = problem.scorer.score_plan(plan)
         if problem.fits(peak) and (best is None or makespan < best[0]):
             best = (makespan, plan)

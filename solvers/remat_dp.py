@@ -39,7 +39,7 @@ def solve_certified(problem: Problem) -> tuple[SolverOutput, Certificate | None]
                 message="remat-dp: the limit came before any plan was proven to fit",
                 stopped=True,
             ), None
-        minimum = result.minimum or min_peak(model, charge=charge, expired=expired)
+        minimum = result.minimum or min_peak(model, charge=charge, expired=expired, above=room)
         need = f"{minimum.peak} bytes" if minimum.proven else f"more than {minimum.lower} bytes"
         return SolverOutput(
             None,
@@ -63,8 +63,9 @@ def solve_certified(problem: Problem) -> tuple[SolverOutput, Certificate | None]
 
 
 def _output(profile, cert: Certificate, detail: str) -> SolverOutput:
+    kept = set(cert.kept)
     plan = Plan.build(
-        [("keep" if i in set(cert.kept) else "recompute") for i in range(len(profile.layers))],
+        [("keep" if i in kept else "recompute") for i in range(len(profile.layers))],
         profile=profile,
     )
     if cert.proven:

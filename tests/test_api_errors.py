@@ -171,8 +171,8 @@ def test_the_exact_size_error_says_how_to_allow_a_longer_net():
         planopt.solve(profile, "70%", method="exact", max_layers=4)
     message = _message(info)
     assert "max_layers=8" in message and "planopt.solve" in message
-    # No CLI flag passes solver options yet: the hint names methods that plan nets this size.
-    assert "raise max_layers" not in message and "--method" in message
+    # Actionable from both doors: the API's keyword and the CLI's --option, or another method.
+    assert "--option max_layers=8" in message and "--method" in message
 
 
 def test_the_brute_force_size_error_says_how_to_allow_a_longer_net():
@@ -181,6 +181,7 @@ def test_the_brute_force_size_error_says_how_to_allow_a_longer_net():
         planopt.solve(profile, "70%", method="brute-force")
     message = _message(info)
     assert "max_layers=8" in message and "planopt.solve" in message and "--method" in message
+    assert "--option max_layers=8" in message
 
 
 # -- every public callable, wrong-typed arguments ----------------------------------------

@@ -29,7 +29,7 @@ def test_choose():
     # repeats covering too little of the chain do not make it "blocks"
     base = random_chain(40, seed=2, family="uniform")
     mostly_random = base.replace_layers(repeated_chain(base.layers[:2], 2, (), base.layers[2:]))
-    method, why = choose(_problem(mostly_random), 12, 0.05)
+    method, why, _ = choose(_problem(mostly_random), 12, 0.05)
     assert method == "lns" and "cover only" in why
 
 

@@ -313,10 +313,11 @@ def test_solve_unwritable_output_is_refused_before_solving(capsys, tiny, tmp_pat
 
 
 def test_solve_output_write_error_is_one_line(capsys, tiny, tmp_path, monkeypatch):
-    def refuse(plan, path):
+    def refuse(path, *args, **kwargs):
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr(solve_command, "save_plan", refuse)
+    # The write itself fails (a full disk, a race): `planopt.paths` says so in one line.
+    monkeypatch.setattr(Path, "write_text", refuse)
     out_path = tmp_path / "plan.json"
     code, _, err = run(
         capsys, "solve", tiny, "--budget", "1600", "--method", "keep-all", "--output", str(out_path)

@@ -93,4 +93,4 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, argv, message):
 def test_missing_output_folder_is_refused(capsys, tmp_path):
     target = tmp_path / "no" / "p.json"
     code, _, err = run(capsys, "profile-model", "torchvision:resnet50", "-o", str(target))
-    assert code == 2 and "--output folder must exist" in err
+    assert code == 2 and "--output: the folder" in err and "must exist" in err

@@ -28,7 +28,7 @@ def test_sweep_writes_tables_and_figures_and_reuses_the_cache(tmp_path, capsys):
     out = tmp_path / "out"
     argv = [
         "experiment", "sweep", str(path), "--random", "cnn:5:1",
-        "--methods", "greedy", "sqrt-n", "--budgets", "100%", "0.95", "90%",
+        "--methods", "greedy", "sqrt-n", "--budgets", "100%", "95%", "90%",
         "--draws", "2", "--out", str(out), "--cache", str(tmp_path / "cache"), "--quiet",
     ]  # fmt: skip
     code, stdout, err = run(capsys, *argv)

@@ -196,11 +196,12 @@ def test_show_plot_writes_the_timeline(tmp_path, capsys):
 def test_show_plot_errors_are_one_line(tmp_path, capsys):
     code = cli.main(["show", NET, "--plot", str(tmp_path / "x.gif")])
     err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1 and "figure path must end in" in err
+    assert code == 2 and err.count("\n") == 1 and "--plot must end in" in err
     (tmp_path / "file").write_text("")
     code = cli.main(["show", NET, "--plot", str(tmp_path / "file" / "x.png")])
     err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1 and "--plot must be a writable file" in err
+    assert code == 2 and err.count("\n") == 1 and "--plot: the folder" in err
+    assert "must be a folder, got a file" in err
 
 
 def test_without_matplotlib_planning_works_and_plotting_says_what_to_install(tmp_path):

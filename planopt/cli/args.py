@@ -4,6 +4,13 @@ argparse types (`time_limit`, `work_limit`, `seed`, `budget_fraction`,
 `positive_int`, `noise`) raise `argparse.ArgumentTypeError`, which `main` turns into one error line;
 loaders (`load_profile_arg`, `budget_arg`, `check_output_path`) raise a
 `PlanoptError` naming the rule, the value and the option.
+
+NOTE: one code path. Every check here is the library's own
+(`planopt.bundled.resolve_profile`, `planopt.budget.parse_budget` and
+`parse_budget_fraction`, `planopt.paths.check_output_path`,
+`planopt.api.check_time_limit`, `planopt.work.check_work_limit`): the
+command line and `planopt.solve` accept and refuse the same inputs with the
+same messages, and a rule changes in one place.
 """
 
 from __future__ import annotations
@@ -14,13 +21,12 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from planopt import paths
 from planopt.api import check_time_limit
-from planopt.budget import parse_budget
-from planopt.bundled import bundled_profile, bundled_profile_names
-from planopt.errors import FormatError, SolverOptionError
-from planopt.io import load_profile
+from planopt.budget import parse_budget, parse_budget_fraction
+from planopt.bundled import resolve_profile
+from planopt.errors import BudgetError, SolverOptionError
 from planopt.profile import Profile
-from planopt.simulate import check_budget
 from planopt.work import check_work_limit
 
 WORK_UNIT_HELP = (
@@ -31,19 +37,9 @@ WORK_UNIT_HELP = (
 
 
 def load_profile_arg(arg: str) -> Profile:
-    """A profile from a JSON file or, when no such file exists, a bundled name."""
-    path = Path(arg)
-    if path.is_file():
-        return load_profile(path)
-    names = bundled_profile_names()
-    if arg in names:
-        return bundled_profile(arg)
-    if path.exists() or path.suffix or os.sep in arg:
-        return load_profile(path)  # its error names the file and why it cannot be read
-    raise FormatError(
-        f"profile must be a JSON file or a bundled profile ({', '.join(names)}), "
-        f"got {arg!r} (no such file)"
-    )
+    """A profile from a JSON file or, when no such file exists, a bundled name
+    (`planopt.bundled.resolve_profile`, the API's rule)."""
+    return resolve_profile(arg)
 
 
 def whole_bytes(n: float) -> int:
@@ -53,8 +49,9 @@ def whole_bytes(n: float) -> int:
 
 
 def budget_arg(text: str | None, profile: Profile) -> int | None:
-    """`--budget B` (bytes, a size or a percentage) for `profile` in whole bytes, or None."""
-    return None if text is None else whole_bytes(check_budget(parse_budget(text, profile)))
+    """`--budget B` (bytes, a size or a percentage) for `profile` in whole bytes, or None
+    (`planopt.budget.parse_budget`: a bare number below 1 is refused with its percentage)."""
+    return None if text is None else parse_budget(text, profile)
 
 
 def _checked_number(text: str, check: Callable[[object], float | None]) -> float:
@@ -92,43 +89,22 @@ def seed(text: str) -> int:
     return value
 
 
-def check_output_path(path: str | os.PathLike | None, what: str, *, folder: bool = False) -> None:
-    """Refuse an output path before any work: its parent folder must exist, and it must
-    not be a folder (with `folder=True`, it must not be a file: the command fills it).
-
-    NOTE: the one rule for every output (`--output`, `--plot`, a sweep's
-    `--out`): the parent folder must exist; nothing is created above the
-    path, so a typo is an error, not a new tree of folders somewhere.
-    """
-    if path is None:
-        return
-    target = Path(path)
-    parent = target.parent
-    if parent.exists() and not parent.is_dir():
-        raise FormatError(
-            f"{what} must be a writable file, got {str(path)!r} ({str(parent)!r} is a file)"
-        )
-    if not parent.is_dir():
-        raise FormatError(f"{what} folder must exist, got {str(parent)!r} for {str(path)!r}")
-    if folder and target.exists() and not target.is_dir():
-        raise FormatError(f"{what} must be a folder, got the file {str(path)!r}")
-    if not folder and target.is_dir():
-        raise FormatError(f"{what} must be a file path, got the folder {str(path)!r}")
+def check_output_path(
+    path: str | os.PathLike | None, what: str, *, folder: bool = False
+) -> Path | None:
+    """Refuse an output path before any work (`planopt.paths.check_output_path`, the rule
+    `save_plan`, `save_profile` and figures follow: the parent folder must exist and
+    nothing is created above the path); None when the option was not given."""
+    return None if path is None else paths.check_output_path(path, what, folder=folder)
 
 
 def budget_fraction(text: str) -> float:
-    """argparse type: `50%` or `0.5` (a share of keep-all activation memory)."""
-    raw = text[:-1] if text.endswith("%") else text
+    """argparse type: a share of keep-all activation memory, `50%`
+    (`planopt.budget.parse_budget_fraction`: `0.5` is refused, as in `--budget`)."""
     try:
-        value = float(raw) / (100 if text.endswith("%") else 1)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"budget must be a percentage (50%) or fraction (0.5) of keep-all activation "
-            f"memory, got {text!r}"
-        ) from None
-    if not 0 <= value <= 10:
-        raise argparse.ArgumentTypeError(f"budget must be between 0% and 1000%, got {text!r}")
-    return value
+        return parse_budget_fraction(text)
+    except BudgetError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def positive_int(text: str) -> int:

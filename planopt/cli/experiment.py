@@ -180,7 +180,7 @@ def register(command: AddCommand) -> None:
         type=budget_fraction,
         default=[budget_fraction(b) for b in DEFAULT_BUDGETS],
         metavar="B",
-        help="shares of keep-all activation memory, 50%% or 0.5 (default: "
+        help="shares of keep-all activation memory as percentages, e.g. 50%% (default: "
         + " ".join(DEFAULT_BUDGETS).replace("%", "%%")
         + ")",
     )

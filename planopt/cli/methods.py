@@ -19,11 +19,12 @@ from planopt.report import table
 HEADERS = ("method (aliases)", "available", "role", "space", "options", "summary")
 INDENT = "    "
 NOTE = (
-    "Options are keyword arguments of planopt.solve(); on the command line every method "
-    "takes --time-limit, --work-limit and --seed, and those with a backend option "
-    "--backend. Roles: baseline (a published rule), heuristic (a search, no proof), exact "
-    "(the optimum of its space, proven), oracle (exact by enumeration, tiny nets only), "
-    "bound (a proven lower bound, no plan). Space: the plans a method chooses among."
+    "Options are keyword arguments of planopt.solve() and, on the command line, "
+    "`planopt solve --option NAME=VALUE`; every method also takes --time-limit, "
+    "--work-limit and --seed, and those with a backend option --backend. Roles: baseline "
+    "(a published rule), heuristic (a search, no proof), exact (the optimum of its space, "
+    "proven), oracle (exact by enumeration, tiny nets only), bound (a proven lower bound, "
+    "no plan). Space: the plans a method chooses among."
 )
 
 

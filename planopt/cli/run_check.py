@@ -16,13 +16,17 @@ import argparse
 import json
 from typing import Any
 
-from planopt.cli.args import load_profile_arg
+from planopt.cli.args import load_profile_arg, positive_int
 from planopt.cli.common import EXIT_OK, AddCommand, dump
 from planopt.errors import PlanoptError
 
 
 class ModelFactoryError(PlanoptError, ValueError):
     """`--model` does not name a factory that returns a chain, a batch and a loss."""
+
+
+class DeviceError(PlanoptError, ValueError):
+    """`--device` names no device torch knows or none this machine has."""
 
 
 def register(command: AddCommand) -> None:
@@ -47,7 +51,9 @@ def register(command: AddCommand) -> None:
         help='keyword arguments of the factory, e.g. \'{"name": "gpt", "size": "tiny"}\'',
     )
     p.add_argument("--device", help="where to run (default: where the chain's parameters are)")
-    p.add_argument("--iterations", type=int, default=3, help="timed steps (default: 3)")
+    p.add_argument(
+        "--iterations", type=positive_int, default=3, metavar="N", help="timed steps (default: 3)"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -68,7 +74,19 @@ def _model(target: str, args_text: str) -> tuple[Any, Any, Any]:
         raise ModelFactoryError(
             f"--model must name a factory as module:attr, got {target!r}: {exc}"
         ) from None
-    made = factory(**kwargs)
+    if not callable(factory):
+        raise ModelFactoryError(
+            f"--model must name a callable factory, got {target!r} (a {type(factory).__name__})"
+        )
+    try:
+        made = factory(**kwargs)
+    except (TypeError, ValueError) as exc:
+        # The factory refused its arguments (a missing or unknown keyword, a bad value):
+        # the user's input, said in one line; any other exception is a bug and shows.
+        raise ModelFactoryError(
+            f"--model {target} with --model-args {args_text}: the factory refused its "
+            f"arguments: {exc}"
+        ) from None
     if isinstance(made, tuple) and len(made) == 3:
         return made
     if all(hasattr(made, a) for a in ("chain", "loss_fn", "batch")):
@@ -79,11 +97,39 @@ def _model(target: str, args_text: str) -> tuple[Any, Any, Any]:
     )
 
 
+def _check_device(text: str | None) -> None:
+    """`--device` must name a device torch knows and this machine has (checked before the
+    model is built, so a typo costs nothing)."""
+    if text is None:
+        return
+    import torch
+
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError) as exc:
+        raise DeviceError(
+            f"--device must be a torch device (cpu, cuda:0), got {text!r}: {exc}"
+        ) from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0 or (device.index or 0) >= count:
+            raise DeviceError(
+                f"--device must be a device this machine has ({count} CUDA device(s)), got {text!r}"
+            )
+    elif device.type != "cpu":
+        backend = getattr(torch, device.type, None)
+        available = getattr(backend, "is_available", None)
+        if available is None or not available():
+            raise DeviceError(f"--device must be a device this machine has, got {text!r}")
+
+
 def run(args: argparse.Namespace) -> int:
     from planopt.io import load_plan
 
     profile = load_profile_arg(args.profile)
     plan = load_plan(args.plan)
+    plan.check(profile)  # a plan made for another profile says so before the model is built
+    _check_device(args.device)
     chain, batch, loss_fn = _model(args.model, args.model_args)
 
     from planopt.runtime.check import check, format_check

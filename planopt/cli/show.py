@@ -7,7 +7,6 @@ import argparse
 from planopt.budget import keep_all_peak, min_budget
 from planopt.cli.args import budget_arg, check_output_path, load_profile_arg
 from planopt.cli.common import EXIT_OK, AddCommand, profile_line
-from planopt.errors import FormatError
 from planopt.io import load_plan
 from planopt.plan import SWAP, Plan
 from planopt.profile import Profile
@@ -91,10 +90,5 @@ def plot(profile: Profile, plan: Plan, schedule: Schedule, path: str, title: str
     from planopt.plot import save_figure, timeline_figure
 
     figure = timeline_figure(profile, plan, title=title, schedule=schedule)
-    try:
-        save_figure(figure, path)
-    except OSError as exc:
-        raise FormatError(
-            f"--plot must be a writable file, got {path!r} ({exc.strerror})"
-        ) from None
+    save_figure(figure, path, what="--plot")
     print(f"\ntimeline written to {path}")

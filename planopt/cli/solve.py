@@ -25,8 +25,9 @@ from planopt.cli.common import (
     note,
     profile_line,
 )
-from planopt.errors import FormatError, SolverOptionError
+from planopt.errors import SolverOptionError
 from planopt.io import plan_to_dict, save_plan
+from planopt.option_types import parse_options
 from planopt.profile import Profile
 from planopt.report import human_seconds, key_values, percent, schedule_summary
 from planopt.result import Solution, Status
@@ -38,6 +39,13 @@ def register(command: AddCommand) -> None:
     p.add_argument("--budget", metavar="B", required=True, help="memory budget (see below)")
     p.add_argument("--method", default="greedy", help="see `planopt methods` (default: greedy)")
     p.add_argument("--backend", metavar="NAME", help="back-end for methods with that option")
+    p.add_argument(
+        "--option",
+        metavar="NAME=VALUE",
+        action="append",
+        help="a method option (see `planopt methods`), e.g. --option max_layers=300; "
+        "repeatable; true/false for switches, none for no value, a plan file for warm_start",
+    )
     p.add_argument("--time-limit", metavar="S", type=time_limit, help="seconds (default: no limit)")
     p.add_argument(
         "--work-limit",
@@ -50,17 +58,25 @@ def register(command: AddCommand) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def solve_options(method: str, backend: str | None) -> dict:
-    """`--backend` goes only to methods that declare a `backend` option."""
-    if backend is None:
-        return {}
+def solve_options(method: str, backend: str | None, texts: list[str] | None = None) -> dict:
+    """The method's options from `--option NAME=VALUE` (read as the method's signature
+    annotates them) and `--backend` (only for methods that declare a `backend` option)."""
     spec = registry.get(method)
-    if "backend" not in spec.options():
+    allowed = spec.options()
+    options = parse_options(spec.name, spec.load(), allowed, texts or [])
+    if backend is None:
+        return options
+    if "backend" not in allowed:
         raise SolverOptionError(
             f"--backend is only for methods with a backend option (see `planopt methods`); "
             f"method {spec.name!r} has none, got --backend {backend!r}"
         )
-    return {"backend": backend}
+    if "backend" in options:
+        raise SolverOptionError(
+            f"--backend and --option backend=... must not both be given, got --backend "
+            f"{backend!r} and --option backend={options['backend']!r}"
+        )
+    return {**options, "backend": backend}
 
 
 def fits(solution: Solution) -> bool:
@@ -74,7 +90,7 @@ def fits(solution: Solution) -> bool:
 def run(args: argparse.Namespace) -> int:
     profile = load_profile_arg(args.profile)
     budget = budget_arg(args.budget, profile)
-    options = solve_options(args.method, args.backend)
+    options = solve_options(args.method, args.backend, args.option)
     check_output_path(args.output, "--output")  # before a long solve, not after it
     solution = solve(
         profile,
@@ -89,12 +105,7 @@ def run(args: argparse.Namespace) -> int:
     bound_only = solution.status is Status.BOUND
     written = None
     if fit and args.output is not None:
-        try:
-            save_plan(solution.plan, args.output)
-        except OSError as exc:
-            raise FormatError(
-                f"--output must be a writable file, got {args.output!r} ({exc.strerror})"
-            ) from None
+        save_plan(solution.plan, args.output)  # planopt.paths' rule; its errors name the path
         written = args.output
     if args.json:
         plan = None if solution.plan is None else plan_to_dict(solution.plan)

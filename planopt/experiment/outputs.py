@@ -151,6 +151,7 @@ def write_figures(
     """
     from planopt.experiment import plots
 
+    Path(folder).mkdir(parents=True, exist_ok=True)  # the output folder the caller fills
     drawers = {
         "overhead_vs_budget": lambda: plots.overhead_vs_budget(
             results,

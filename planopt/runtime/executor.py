@@ -33,7 +33,7 @@ from torch.autograd.graph import saved_tensors_hooks
 
 from planopt.errors import InvalidPlanError, ProfileMismatchError, where
 from planopt.plan import Plan
-from planopt.profile import Profile
+from planopt.profile import Device, Profile
 from planopt.runtime.chain import Chain, LossFn
 from planopt.runtime.layers import LayerState, unpack
 from planopt.runtime.recompute import ForwardState, buffers_unchanged, capture, replay
@@ -41,6 +41,7 @@ from planopt.runtime.stepplan import StepPlan, check_plan
 from planopt.runtime.steps import BackwardSteps
 from planopt.runtime.storage import Saves, static_keys, storage_key
 from planopt.runtime.swap import CopyEngine, copy_engine
+from planopt.runtime.threadcopies import CLOCKS
 from planopt.runtime.tracker import at, host_memory, regenerating
 
 
@@ -109,12 +110,12 @@ class Step:
         n = len(layers)
         h = self.x
         for i in range(n):
+            at(f"F_{i}")
             for w in sched.waiters.get(i, ()):
                 self.copies.wait_out(layers[w].host)  # swap_wait: F_i after the copy out of w
             if i in sched.run_starts:
                 with host_memory():
                     self.states[i] = capture(self.device)
-            at(f"F_{i}")
             layer = layers[i]
             layer.start_forward(h)
             with saved_tensors_hooks(layer.pack, unpack):
@@ -231,6 +232,10 @@ class Executor(nn.Module):
     model output. `profile` (required when the plan swaps or recomputes)
     says which layers read their input or output in backward; with
     `verify`, the first step checks every layer's products against it.
+    `link` (CPU only) emulates the host link: copies run on host threads
+    and last `latency + bytes / bandwidth` (`ThreadCopies`), on the wall
+    clock or (`link_clock="thread"`) on the compute thread's CPU time plus its
+    waits; without it CPU copies end when they are made.
     """
 
     def __init__(
@@ -241,6 +246,8 @@ class Executor(nn.Module):
         profile: Profile | None = None,
         loss_fn: LossFn | None = None,
         verify: bool = True,
+        link: Device | None = None,
+        link_clock: str = "wall",
     ) -> None:
         super().__init__()
         if not isinstance(chain, Chain):
@@ -259,6 +266,12 @@ class Executor(nn.Module):
                 "of this chain): who reads each layer's output decides what is copied and "
                 "where a recompute block runs"
             )
+        if link is not None and not isinstance(link, Device):
+            raise TypeError(f"link must be a planopt.Device, got {type(link).__name__}")
+        if link_clock not in CLOCKS:
+            raise ValueError(f"link_clock must be one of {', '.join(CLOCKS)}, got {link_clock!r}")
+        self.link = link
+        self.link_clock = link_clock
         self._verify = profile is not None and verify
         self._engines: dict[torch.device, CopyEngine] = {}
         self._step: Step | None = None
@@ -267,8 +280,18 @@ class Executor(nn.Module):
     def _engine(self, device: torch.device) -> CopyEngine:
         engine = self._engines.get(device)
         if engine is None:
-            engine = self._engines[device] = copy_engine(device)
+            engine = self._engines[device] = copy_engine(device, self.link, self.link_clock)
         return engine
+
+    @property
+    def engines(self) -> dict[torch.device, CopyEngine]:
+        """The copy engines used so far, by device (a `ThreadCopies` keeps `records`)."""
+        return dict(self._engines)
+
+    def synchronize(self) -> None:
+        """Return when every copy enqueued so far has ended (the step's makespan)."""
+        for engine in self._engines.values():
+            engine.synchronize()
 
     def forward(self, x: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor:
         if self.loss_fn is not None and target is None:
@@ -341,8 +364,7 @@ class Executor(nn.Module):
         return None
 
     def release_host_memory(self) -> None:
-        """Free the pinned host buffers kept for reuse across steps (CUDA)."""
+        """Free what the copy engines keep across steps: pinned buffers (CUDA), threads."""
         for engine in self._engines.values():
-            pool = getattr(engine, "pool", None)
-            if pool is not None:
-                pool.clear()
+            engine.close()
+        self._engines.clear()

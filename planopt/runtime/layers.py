@@ -202,7 +202,7 @@ class LayerState:
         views = [byte_view(t) for t in internals]
         if step.out_read[self.index]:
             views.append(byte_view(out))
-        self.host = step.copies.copy_out(views)
+        self.host = step.copies.copy_out(views, self.index)
         step.stats_copy_out(sum(v.numel() for v in views))
 
     def _check_input_refs(self) -> None:

@@ -9,6 +9,8 @@ backward; no optimizer step) under the plan:
   over the timed steps on a GPU (reserved bytes beside it); elsewhere the
   live-storage tracker (`planopt.runtime.tracker.LiveMemory`) over one more
   step, run apart from the timed ones (tracking every operator costs time).
+  With `link=` on CPU the copies run on host threads over the emulated link
+  (`planopt.runtime.threadcopies`) and overlap compute as on a GPU.
   Both count everything the step holds: static tensors, saved and
   regenerated tensors, copies back, gradients, scratch. On CPU the host
   copies of swapped tensors are left out (they stand for host memory).
@@ -28,7 +30,7 @@ from dataclasses import dataclass, field
 import torch
 
 from planopt.plan import Plan
-from planopt.profile import Profile
+from planopt.profile import Device, Profile
 from planopt.runtime.chain import Chain, LossFn
 from planopt.runtime.executor import Executor, StepStats
 from planopt.runtime.memory import static_bytes
@@ -105,6 +107,8 @@ def measure(
     warmup: int = 1,
     optimizer: torch.optim.Optimizer | None = None,
     grads_to_none: bool | None = None,
+    link: Device | None = None,
+    link_clock: str = "wall",
 ) -> Measurement:
     """Step time and peak memory of `plan` (see the module docstring).
 
@@ -112,7 +116,12 @@ def measure(
     for plans that swap or recompute, and checks it). `grads_to_none`: are
     gradients set to None between steps (default: as in the profile)?
     `optimizer` adds its state to what is tracked and to the static bytes.
-    `iterations=0` skips the timing (memory only).
+    `iterations=0` skips the timing (memory only). `link` (CPU only)
+    rehearses the plan over an emulated host link: copies run on host
+    threads and take `latency + bytes / bandwidth` (`ThreadCopies`), so a
+    swap's stalls are in the step time; `link_clock="thread"` runs that link
+    on the compute thread's CPU time plus its waits (see
+    `planopt.runtime.threadcopies`; the step is still timed on the wall clock).
     """
     _check_counts(iterations, warmup)
     x, y = batch
@@ -120,12 +129,15 @@ def measure(
     x, y = x.to(device), y.to(device)
     cuda = device.type == "cuda"
     to_none = grads_regime(profile, grads_to_none)
-    executor = Executor(chain, plan, profile=profile, loss_fn=loss_fn)
+    executor = Executor(
+        chain, plan, profile=profile, loss_fn=loss_fn, link=link, link_clock=link_clock
+    )
 
     def step() -> torch.Tensor:
         with executor:
             loss = executor(x, y)
             loss.backward()
+        executor.synchronize()  # the makespan is the end of the last copy too
         return loss.detach()
 
     samples: list[float] = []

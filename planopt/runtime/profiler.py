@@ -232,6 +232,12 @@ def _identity(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+_CPU_TIMERS = {
+    "wall": "time.perf_counter; CPU operators are synchronous",
+    "thread": "time.thread_time, the compute thread's CPU time; CPU operators are synchronous",
+}
+
+
 def _source(
     device: torch.device,
     iterations: int,
@@ -239,6 +245,7 @@ def _source(
     link_note: str,
     static_note: str,
     grads_to_none: bool,
+    timer: str = "wall",
 ) -> str:
     cuda = device.type == "cuda"
     where_ = torch.cuda.get_device_name(device) if cuda else "CPU"
@@ -250,7 +257,7 @@ def _source(
     return (
         f"MEASURED by planopt.runtime.profile on {where_} ({device}), torch {torch.__version__}: "
         f"per-layer median of {iterations} training steps after {warmup} warm-up "
-        f"({'CUDA events' if cuda else 'time.perf_counter; CPU operators are synchronous'}; "
+        f"({'CUDA events' if cuda else _CPU_TIMERS[timer]}; "
         "backward steps timed between autograd hooks; loss fused into the last layer). "
         "Products (cost model v2): every storage autograd saves during a layer's forward, "
         "seen with saved_tensors_hooks, classified as its input, its output or an internal; "
@@ -282,6 +289,7 @@ def profile(
     name: str = "chain",
     progress: bool | None = None,
     autocast: torch.dtype | None = None,
+    timer: str = "wall",
 ) -> Profile:
     """The measured `Profile` of `chain` on `sample_batch` (see the module docstring).
 
@@ -293,6 +301,9 @@ def profile(
     `progress`: a tqdm bar on stderr (None: only on a terminal).
     `autocast`: mixed precision (`torch.bfloat16` or `torch.float16`), each
     layer's forward under `torch.autocast` (the backward follows the dtypes).
+    `timer` (CPU): "wall" (`time.perf_counter`, default) or "thread" (the
+    compute thread's CPU time, which leaves out other processes' load on a
+    shared machine; see `planopt.runtime.training.Clock`).
     """
     if not isinstance(chain, Chain):
         raise TypeError(f"chain must be a planopt.runtime.Chain, got {type(chain).__name__}")
@@ -320,7 +331,7 @@ def profile(
         link_note = f"given by the caller ({link.name})"
 
     run = TrainingStep(chain, x, y, loss_fn, autocast)
-    clock = Clock(device)
+    clock = Clock(device, timer)
     n = len(chain)
     fwd: list[list[float]] = [[] for _ in range(n)]
     bwd: list[list[float]] = [[] for _ in range(n)]
@@ -371,7 +382,7 @@ def profile(
         device=link,
         static_bytes=static.total,
         layers=layers,
-        source=_source(device, iterations, warmup, link_note, static.note, grads_to_none)
+        source=_source(device, iterations, warmup, link_note, static.note, grads_to_none, timer)
         + autocast_note(autocast),
     )
 

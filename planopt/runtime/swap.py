@@ -1,46 +1,71 @@
 """Copies of saved storages to host memory and back (the spec's D2H and H2D engines).
 
-Two engines with one interface:
+NOTE (one schedule, three engines): *when* a copy is enqueued, what it waits
+for and where the compute side waits is written once, in `Copies`:
 
-* `CudaCopies`: a dedicated copy-out stream and a copy-back stream, pinned
-  host buffers from a pool, events for every copy. The compute stream only
-  waits where the spec makes it wait (`swap_wait`, the start of `B_t`, a
-  recompute block's base). Freeing a device storage whose copy out is still
-  running is safe: `record_stream` makes the caching allocator hold the block
-  until the copy stream is done with it, which is the spec's "freed at the
-  later of the end of its copy out and the end of F_{i+1}".
-* `SyncCopies`: any other device (CPU): the same calls, copies to ordinary
-  host tensors that end when the call returns, no streams, no events. The
-  host tensors are allocated inside `tracker.host_memory()`: on CPU they
-  are the same RAM, but they stand for the host side of a swap, which the
-  cost model does not count as device memory.
+* a copy out is enqueued at the end of `F_i` on the D2H queue (FIFO);
+* a copy back is enqueued at the issue of `B_{prefetch_at}` on the H2D queue
+  (FIFO), after its own copy out;
+* the compute side waits for a copy out only at `swap_wait` (`wait_out`), for
+  a copy back only before a reader (`wait_back`: the start of `B_t`, a
+  recompute block's base);
+* a host buffer is reused only after its copy back was waited for.
 
-`copy_engine(device)` picks one; only `CudaCopies` touches `torch.cuda`, and it
-refuses to start without CUDA.
+An engine only says how a queue, a buffer and a wait are made:
+
+* `CudaCopies`: two CUDA streams, CUDA events, pinned host buffers from a
+  pool. Freeing a device storage whose copy out is still running is safe:
+  `record_stream` makes the caching allocator hold the block until the copy
+  stream is done with it, which is the spec's "freed at the later of the end
+  of its copy out and the end of F_{i+1}".
+* `ThreadCopies` (`planopt.runtime.threadcopies`): CPU with an emulated link,
+  two host threads that copy and then wait out `latency + bytes / bandwidth`.
+* `SyncCopies`: CPU without a link: copies that end when the call returns.
+
+On CPU the host buffers are allocated inside `tracker.host_memory()`: they
+are the same RAM, but they stand for the host side of a swap, which the cost
+model does not count as device memory. Device buffers for a copy back are
+allocated on the compute side when the copy back is enqueued, as the CUDA
+allocator hands them out, so the tracker counts them from that instant.
+
+`copy_engine(device, link)` picks one; only `CudaCopies` touches `torch.cuda`,
+and it refuses to start without CUDA.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from planopt.runtime.tracker import host_memory
 
+if TYPE_CHECKING:
+    from planopt.profile import Device
+
+
+class Direction(StrEnum):
+    """The two copy queues of the spec."""
+
+    D2H = "d2h"  # copy out
+    H2D = "h2d"  # copy back
+
 
 @dataclass(slots=True)
 class HostCopy:
-    """One layer's storages on the host; `done` marks the end of the copy out (CUDA)."""
+    """One layer's storages on the host; `done` marks the end of the copy out."""
 
     hosts: list[torch.Tensor]
-    done: Any = None  # torch.cuda.Event on CUDA
+    done: Any = None  # the engine's marker: a CUDA event, a thread job, None (synchronous)
+    layer: int = -1
 
 
 @dataclass(slots=True)
 class DeviceCopy:
-    """One layer's storages copied back; `done` marks the end of the copy back (CUDA)."""
+    """One layer's storages copied back; `done` marks the end of the copy back."""
 
     buffers: list[torch.Tensor]
     done: Any = None
@@ -49,38 +74,92 @@ class DeviceCopy:
 
 
 class CopyEngine(Protocol):
-    def copy_out(self, views: list[torch.Tensor]) -> HostCopy: ...
+    def copy_out(self, views: list[torch.Tensor], layer: int = -1) -> HostCopy: ...
     def copy_back(self, copy: HostCopy, device: torch.device) -> DeviceCopy: ...
     def wait_out(self, copy: HostCopy) -> None: ...
     def wait_back(self, copy: DeviceCopy) -> None: ...
     def release(self, copy: HostCopy, back: DeviceCopy | None) -> None: ...
+    def synchronize(self) -> None: ...
+    def close(self) -> None: ...
 
 
-class SyncCopies:
-    """Copies that end when the call returns (CPU, or any device without streams)."""
+class Copies:
+    """The copy schedule of the spec, written once (see the module NOTE).
 
-    streams = False
+    Subclasses are adapters: `_host_buffers`, `_device_buffers`, `_enqueue`
+    (one FIFO queue per direction; returns the copy's `done` marker),
+    `_wait` (the compute side waits for a marker) and `_recycle`.
+    """
 
-    def copy_out(self, views: list[torch.Tensor]) -> HostCopy:
-        with host_memory():  # host memory, though on CPU it is the same RAM
-            hosts = [torch.empty(v.numel(), dtype=torch.uint8) for v in views]
-        for host, view in zip(hosts, views, strict=True):
-            host.copy_(view)
-        return HostCopy(hosts)
+    def copy_out(self, views: list[torch.Tensor], layer: int = -1) -> HostCopy:
+        hosts = self._host_buffers([v.numel() for v in views])
+        done = self._enqueue(Direction.D2H, hosts, views, None, layer)
+        return HostCopy(hosts, done, layer)
 
     def copy_back(self, copy: HostCopy, device: torch.device) -> DeviceCopy:
-        buffers = [torch.empty(h.numel(), dtype=torch.uint8, device=device) for h in copy.hosts]
-        for buf, host in zip(buffers, copy.hosts, strict=True):
-            buf.copy_(host)
-        return DeviceCopy(buffers, nbytes=sum(b.numel() for b in buffers))
+        buffers = self._device_buffers([h.numel() for h in copy.hosts], device)
+        done = self._enqueue(Direction.H2D, buffers, copy.hosts, copy.done, copy.layer)
+        return DeviceCopy(buffers, done, nbytes=sum(b.numel() for b in buffers))
 
     def wait_out(self, copy: HostCopy) -> None:
-        return None
+        self._wait(copy.done)
 
     def wait_back(self, copy: DeviceCopy) -> None:
+        if copy.waited:
+            return
+        self._wait(copy.done)
         copy.waited = True
 
     def release(self, copy: HostCopy, back: DeviceCopy | None) -> None:
+        # A host buffer may be reused by a later copy out only after its copy
+        # back was consumed.
+        if back is not None:
+            self.wait_back(back)
+        self._recycle(copy.hosts)
+
+    def synchronize(self) -> None:
+        """Return when every enqueued copy has ended."""
+
+    def close(self) -> None:
+        """Give back what the engine keeps across steps (threads, pinned buffers)."""
+
+    # -- the adapter -----------------------------------------------------------
+
+    def _host_buffers(self, sizes: list[int]) -> list[torch.Tensor]:
+        with host_memory():  # host memory, though on CPU it is the same RAM
+            return [torch.empty(n, dtype=torch.uint8) for n in sizes]
+
+    def _device_buffers(self, sizes: list[int], device: torch.device) -> list[torch.Tensor]:
+        return [torch.empty(n, dtype=torch.uint8, device=device) for n in sizes]
+
+    def _enqueue(
+        self,
+        direction: Direction,
+        dsts: list[torch.Tensor],
+        srcs: list[torch.Tensor],
+        after: Any,
+        layer: int,
+    ) -> Any:
+        raise NotImplementedError
+
+    def _wait(self, done: Any) -> None:
+        raise NotImplementedError
+
+    def _recycle(self, hosts: list[torch.Tensor]) -> None:
+        return None
+
+
+class SyncCopies(Copies):
+    """Copies that end when the call returns (CPU without a link)."""
+
+    streams = False
+
+    def _enqueue(self, direction, dsts, srcs, after, layer) -> None:
+        for dst, src in zip(dsts, srcs, strict=True):
+            dst.copy_(src)
+        return None
+
+    def _wait(self, done: Any) -> None:
         return None
 
 
@@ -107,7 +186,7 @@ class PinnedPool:
         return sum(b.numel() for bufs in self._free.values() for b in bufs)
 
 
-class CudaCopies:
+class CudaCopies(Copies):
     """Asynchronous copies on two dedicated CUDA streams (needs CUDA)."""
 
     streams = True
@@ -119,64 +198,73 @@ class CudaCopies:
                 "is False (use a CPU device for synchronous copies)"
             )
         self.device = device
-        self.d2h = torch.cuda.Stream(device)
-        self.h2d = torch.cuda.Stream(device)
+        self.queues = {
+            Direction.D2H: torch.cuda.Stream(device),
+            Direction.H2D: torch.cuda.Stream(device),
+        }
         self.pool = PinnedPool()
 
-    def copy_out(self, views: list[torch.Tensor]) -> HostCopy:
-        # The copy out starts when the forward that produced the storages ends
-        # (an event on the compute stream) and the previous copy out ended
-        # (the d2h stream is one FIFO queue).
-        ready = torch.cuda.Event()
-        ready.record(torch.cuda.current_stream(self.device))
-        hosts = [self.pool.get(v.numel()) for v in views]
-        with torch.cuda.stream(self.d2h):
-            self.d2h.wait_event(ready)
-            for host, view in zip(hosts, views, strict=True):
-                host.copy_(view, non_blocking=True)
-                view.record_stream(self.d2h)
-            done = torch.cuda.Event()
-            done.record(self.d2h)
-        return HostCopy(hosts, done)
+    def _host_buffers(self, sizes: list[int]) -> list[torch.Tensor]:
+        return [self.pool.get(n) for n in sizes]
 
-    def copy_back(self, copy: HostCopy, device: torch.device) -> DeviceCopy:
-        # Starts when enqueued, after the previous copy back (FIFO h2d stream)
-        # and after this storage's own copy out.
-        with torch.cuda.stream(self.h2d):
-            self.h2d.wait_event(copy.done)
-            buffers = [torch.empty(h.numel(), dtype=torch.uint8, device=device) for h in copy.hosts]
-            for buf, host in zip(buffers, copy.hosts, strict=True):
-                buf.copy_(host, non_blocking=True)
-            done = torch.cuda.Event()
-            done.record(self.h2d)
-        # Allocated on the copy stream, used on the compute stream: the
-        # allocator must not reuse the blocks before the compute work that
-        # reads them is done, whenever the readers drop them.
+    def _device_buffers(self, sizes: list[int], device: torch.device) -> list[torch.Tensor]:
+        # Allocated on the copy-back stream (a block the compute stream just
+        # freed may still be read by its queued kernels), then marked as used
+        # by the compute stream, which reads them whenever the readers drop them.
+        with torch.cuda.stream(self.queues[Direction.H2D]):
+            buffers = super()._device_buffers(sizes, device)
         compute = torch.cuda.current_stream(self.device)
         for buf in buffers:
             buf.record_stream(compute)
-        return DeviceCopy(buffers, done, nbytes=sum(b.numel() for b in buffers))
+        return buffers
 
-    def wait_out(self, copy: HostCopy) -> None:
-        torch.cuda.current_stream(self.device).wait_event(copy.done)
+    def _enqueue(self, direction, dsts, srcs, after, layer) -> torch.cuda.Event:
+        # Starts after what the compute stream enqueued so far (the forward
+        # that produced the storages), the previous copy of its queue (one
+        # stream is one FIFO queue) and `after` (a copy back's copy out).
+        stream = self.queues[direction]
+        ready = torch.cuda.Event()
+        ready.record(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            stream.wait_event(ready)
+            if after is not None:
+                stream.wait_event(after)
+            for dst, src in zip(dsts, srcs, strict=True):
+                dst.copy_(src, non_blocking=True)
+                if src.is_cuda:
+                    src.record_stream(stream)
+            done = torch.cuda.Event()
+            done.record(stream)
+        return done
 
-    def wait_back(self, copy: DeviceCopy) -> None:
-        if copy.waited:
-            return
-        torch.cuda.current_stream(self.device).wait_event(copy.done)
-        copy.waited = True
+    def _wait(self, done: torch.cuda.Event) -> None:
+        torch.cuda.current_stream(self.device).wait_event(done)
 
-    def release(self, copy: HostCopy, back: DeviceCopy | None) -> None:
-        # A host buffer may be reused by a later copy out only after its copy
-        # back was consumed: waiting on the compute stream orders the two.
-        if back is not None:
-            self.wait_back(back)
-        for host in copy.hosts:
+    def _recycle(self, hosts: list[torch.Tensor]) -> None:
+        for host in hosts:
             self.pool.put(host)
 
+    def synchronize(self) -> None:
+        for stream in self.queues.values():
+            stream.synchronize()
 
-def copy_engine(device: torch.device) -> CopyEngine:
-    """`CudaCopies` for a CUDA device, `SyncCopies` for anything else."""
+    def close(self) -> None:
+        self.pool.clear()
+
+
+def copy_engine(
+    device: torch.device, link: Device | None = None, clock: str = "wall"
+) -> CopyEngine:
+    """`CudaCopies` on CUDA; on CPU `ThreadCopies` with a `link` (on `clock`), else `SyncCopies`."""
     if device.type == "cuda":
+        if link is not None:
+            raise ValueError(
+                f"link: an emulated link is for CPU devices, got {link.name!r} on {device}; "
+                "a CUDA device copies over its own link (leave link=None)"
+            )
         return CudaCopies(device)
+    if link is not None:
+        from planopt.runtime.threadcopies import ThreadCopies  # imports this module
+
+        return ThreadCopies(link, clock)
     return SyncCopies()

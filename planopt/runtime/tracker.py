@@ -19,6 +19,12 @@ them, so the CPU copy engine allocates them inside `host_memory()`, which
 files them under `HOST`, outside the total. Everything else the executor
 allocates (copied-back tensors, regenerated tensors) counts.
 
+NOTE (threads): the mode sees the operators of the thread it is entered on.
+A copy engine's worker threads (`ThreadCopies`) allocate nothing (their
+buffers come from the compute thread), but a worker may drop the last
+reference to a storage, whose release then runs on the worker: the counts
+change under a lock.
+
 `AllocatorProbe` and `TrackerProbe` give the one interface the profiler
 uses: the caching allocator's `memory_allocated` / `max_memory_allocated` on
 CUDA, this tracker elsewhere.
@@ -33,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
+import threading
 import weakref
 from collections.abc import Iterable, Iterator
 from enum import StrEnum
@@ -136,10 +143,19 @@ def regenerating() -> Iterator[None]:
             t._override = override
 
 
+_WHERE = [""]
+
+
 def at(label: str) -> None:
     """Name where the step is (`F_3`, `B_5`, ...): recorded with the peak."""
+    _WHERE[0] = label
     for t in _ACTIVE:
         t.where = label
+
+
+def current_where() -> str:
+    """The label of the last `at` (what a copy engine records with a wait)."""
+    return _WHERE[0]
 
 
 class LiveMemory(TorchDispatchMode):
@@ -164,10 +180,17 @@ class LiveMemory(TorchDispatchMode):
         self.peak_categories: dict[Category, int] = dict(self.by_category)
         self.peak_where = ""
         self.where = ""
+        # Storages may be released on another thread (a copy engine's worker
+        # holding the last reference): every count changes under this lock.
+        self._lock = threading.RLock()
 
     # -- bookkeeping ------------------------------------------------------------
 
     def _add(self, storage: torch.UntypedStorage, category: Category) -> None:
+        with self._lock:
+            self._add_locked(storage, category)
+
+    def _add_locked(self, storage: torch.UntypedStorage, category: Category) -> None:
         key = id(storage)
         entry = self._entries.get(key)
         if entry is not None:
@@ -183,18 +206,23 @@ class LiveMemory(TorchDispatchMode):
 
     def _released(self, key: int, entry: _Entry):
         def callback(_ref: weakref.ref) -> None:
-            if self._entries.get(key) is entry:
-                del self._entries[key]
-            self.by_category[entry.category] -= entry.nbytes
-            if entry.category is not Category.HOST:
-                self.current -= entry.nbytes
+            with self._lock:
+                if self._entries.get(key) is entry:
+                    del self._entries[key]
+                self.by_category[entry.category] -= entry.nbytes
+                if entry.category is not Category.HOST:
+                    self.current -= entry.nbytes
 
         return callback
 
     def _relabel(self, storage: torch.UntypedStorage, category: Category) -> None:
+        with self._lock:
+            self._relabel_locked(storage, category)
+
+    def _relabel_locked(self, storage: torch.UntypedStorage, category: Category) -> None:
         entry = self._entries.get(id(storage))
         if entry is None or entry.ref() is not storage:
-            self._add(storage, category)
+            self._add_locked(storage, category)
             return
         if entry.category is category:
             return
@@ -206,6 +234,10 @@ class LiveMemory(TorchDispatchMode):
         entry.category = category
 
     def _update_peak(self) -> None:
+        with self._lock:
+            self._update_peak_locked()
+
+    def _update_peak_locked(self) -> None:
         if self.current > self.local_peak:
             self.local_peak = self.current
         if self.current > self.peak:
@@ -222,11 +254,12 @@ class LiveMemory(TorchDispatchMode):
         `exclude`: ids of storages to leave out (`id(t.untyped_storage())`).
         """
         skip = set(exclude)
-        return sum(
-            e.nbytes
-            for key, e in self._entries.items()
-            if e.born == label and e.category is not Category.HOST and key not in skip
-        )
+        with self._lock:
+            return sum(
+                e.nbytes
+                for key, e in self._entries.items()
+                if e.born == label and e.category is not Category.HOST and key not in skip
+            )
 
     # -- registering what exists before the step ----------------------------------
 

@@ -47,19 +47,35 @@ def restored(chain: nn.Module, device: torch.device) -> Iterator[None]:
             p.grad = grad
 
 
-class Clock:
-    """Marks on the compute stream: CUDA events on a GPU, perf_counter elsewhere."""
+TIMERS = ("wall", "thread")
 
-    def __init__(self, device: torch.device) -> None:
+
+class Clock:
+    """Marks on the compute stream: CUDA events on a GPU, perf_counter elsewhere.
+
+    NOTE (timer="thread", CPU only): `time.thread_time`, the CPU time of the
+    thread that runs the step (CPU autograd runs the backward on the calling
+    thread). It leaves out the time the thread was runnable but not running,
+    so on a machine shared with other processes a layer's time is its own
+    work, not the load; the cost a step pays for that load is the wall time
+    minus it.
+    """
+
+    def __init__(self, device: torch.device, timer: str = "wall") -> None:
+        if timer not in TIMERS:
+            raise ValueError(f"timer must be one of {', '.join(TIMERS)}, got {timer!r}")
         self.cuda = device.type == "cuda"
+        if self.cuda and timer != "wall":
+            raise ValueError(f"timer: {timer!r} is for CPU devices; CUDA is timed with events")
         self.device = device
+        self._now = time.thread_time if timer == "thread" else time.perf_counter
 
     def mark(self) -> object:
         if self.cuda:
             event = torch.cuda.Event(enable_timing=True)
             event.record(torch.cuda.current_stream(self.device))
             return event
-        return time.perf_counter()
+        return self._now()
 
     def sync(self) -> None:
         if self.cuda:

@@ -44,6 +44,7 @@ the same on any machine.
 from __future__ import annotations
 
 import math
+import time
 
 import pulp
 
@@ -72,6 +73,14 @@ def relaxation_bound(
     `meter`, when given, is charged the work: building (`BUILD_UNITS_PER_LAYER`)
     and solving.
     """
+    # NOTE: building the model in PuLP takes about 2 ms a layer, whatever the
+    # limit (10^4 layers: longer than a 5 s limit before HiGHS starts): the
+    # build looks at the deadline and, past it, gives T_ideal (still a bound).
+    deadline = None if time_limit is None else time.monotonic() + time_limit
+
+    def late(step: int) -> bool:
+        return deadline is not None and step % 256 == 0 and time.monotonic() >= deadline
+
     layers = profile.layers
     n = len(layers)
     dev = profile.device
@@ -109,8 +118,13 @@ def relaxation_bound(
         backward_fixed.append(memory.units(reads + grads + param_grads + x.bwd_work_bytes))
     backward_fixed.reverse()
     forward_total = math.fsum(f)
-    f_end = [math.fsum(f[: i + 1]) for i in range(n)]
-    b_upto = [math.fsum(b[: i + 1]) for i in range(n)]
+    f_end: list[float] = []
+    b_upto: list[float] = []
+    for i in range(n):  # exact prefix sums, quadratic in n: the deadline is looked at
+        if late(i):
+            return profile.t_ideal
+        f_end.append(math.fsum(f[: i + 1]))
+        b_upto.append(math.fsum(b[: i + 1]))
 
     cat = pulp.LpContinuous if relax else pulp.LpBinary
     prob = pulp.LpProblem("planopt_bound", pulp.LpMinimize)
@@ -133,6 +147,8 @@ def relaxation_bound(
     prob += rec_from[n] == 0
     prob += stall[0] == 0
     for t in range(n - 1, -1, -1):
+        if late(t):
+            return profile.t_ideal
         if t > 0:
             prob += stall[t] >= stall[t - 1]
         if t < n - 1:
@@ -147,6 +163,8 @@ def relaxation_bound(
     prob += back_from[n] == 0
     prob += out_from[n] == 0
     for t in range(n - 1, -1, -1):
+        if late(t):
+            return profile.t_ideal
         prob += back_from[t] == back_from[t + 1] + d_in[t] * swap[t]
         prob += out_from[t] == out_from[t + 1] + d_out[t] * swap[t]
         # Copies back of layers >= t run after the forward pass, before B_t.
@@ -167,6 +185,8 @@ def relaxation_bound(
     out_rate = dev.d2h_bandwidth * t_unit / m_unit
     in_rate = dev.h2d_bandwidth * t_unit / m_unit
     for i, layer in enumerate(layers):
+        if late(i):
+            return profile.t_ideal
         # Inside F_i: its input x_i (any action frees it no earlier than F_i's end),
         # its internals and output, its scratch, the kept products below i-1 and
         # the internals of i-1 when kept.
@@ -192,6 +212,8 @@ def relaxation_bound(
                 below = below - out[i - 1] * (keep[i - 1] + swap[i - 1])
             prob += below + held + backward_fixed[i] <= cap
 
+    if deadline is not None:
+        time_limit = max(0.01, deadline - time.monotonic())  # what the build left
     solver = solve_with_highs(prob, work_limit=work_limit, timeLimit=time_limit, threads=threads)
     if meter is not None:
         meter.charge(BUILD_UNITS_PER_LAYER * n + solver.work(prob))

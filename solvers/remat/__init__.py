@@ -7,6 +7,8 @@
 * `labels`: the exact Pareto-label search over kept layers, pruned by it.
 * `optimum`: targets, searches and the proof at one budget.
 * `minpeak`: the space's minimum budget (the smallest peak of any plan).
+* `short`: the same searches in plain Python for chains up to 64 layers,
+  where numpy's call overheads would be most of the time.
 * `certify`: what a solve proves, in a form the tests check independently.
 
 The registered method is `solvers.remat_dp` ("remat-dp").

@@ -50,6 +50,11 @@ SHORT_CHAIN = 128  # chains this short skip the second refinement (a third of th
 LABEL_PRICES = np.array([0.7, 0.85, 0.93, 0.97, 0.99, 1.0, 1.01, 1.03, 1.07, 1.15, 1.3])
 WORK_PER_SWEPT_NODE = 2e-5  # work units per node per sweep (see labels)
 DIRECT_WINDOW = 64  # windows shorter than this are read row by row
+EXPIRY_STRIDE = 512  # nodes swept between two looks at the caller's deadline
+
+
+class BoundStopped(Exception):
+    """The caller's limit came while the bound was being built (long chains: seconds)."""
 
 
 def price_grid(model: ChainModel) -> np.ndarray:
@@ -109,9 +114,14 @@ class CompletionBound:
     """
 
     def __init__(
-        self, model: ChainModel, room: int, charge: Callable[[float], None] = lambda units: None
+        self,
+        model: ChainModel,
+        room: int,
+        charge: Callable[[float], None] = lambda units: None,
+        expired: Callable[[], bool] = lambda: False,
     ) -> None:
         self._charge = charge
+        self._expired = expired  # checked while sweeping: raises BoundStopped
         self.n = model.n
         self.model = model
         self.room = room
@@ -161,6 +171,8 @@ class CompletionBound:
     def _sweep(self, prices: np.ndarray) -> None:
         """`G` and `N` of every node for these prices: one pass from the top down."""
         model, room, n = self.model, self.room, self.n
+        if self._expired():  # before the tables (10^5 layers: hundreds of MB, seconds)
+            raise BoundStopped
         self._charge(n * WORK_PER_SWEPT_NODE)
         self.prices = prices
         width = len(prices)
@@ -170,6 +182,8 @@ class CompletionBound:
         self._x = _WindowMax(max(n - 1, 1), width + 1)  # rows t = 0 .. n-2
         fwd = model.fwd
         for k in range(n - 1, -2, -1):
+            if k % EXPIRY_STRIDE == 0 and self._expired():
+                raise BoundStopped
             x = k + 1
             g = np.full(width, -np.inf)
             free = -np.inf

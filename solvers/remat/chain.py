@@ -55,6 +55,8 @@ quantisation). The tests check this decomposition against
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import numpy as np
 
 from planopt.limits import MAX_TOTAL_BYTES
@@ -68,15 +70,26 @@ TABLE_LAYERS = 512
 
 
 class SparseMax:
-    """Range maximum of a fixed int64 array in O(1) per query (a sparse table)."""
+    """Range maximum of a fixed int64 array in O(1) per query (a sparse table).
+
+    Level `p` holds the maximum of `values[i .. i + 2^p - 1]` at column `i`;
+    the levels share one `(levels, len)` array (NEG past each level's end),
+    so a batch of ranges of any lengths is two fancy-indexed reads.
+    """
 
     def __init__(self, values: np.ndarray) -> None:
-        self.levels = [values]
+        size = len(values)
+        levels = max(1, size.bit_length())
+        table = np.full((levels, max(size, 1)), NEG, dtype=np.int64)
+        table[0, :size] = values
         span = 1
-        while 2 * span <= len(values):
-            prev = self.levels[-1]
-            self.levels.append(np.maximum(prev[:-span], prev[span:]))
+        for p in range(1, levels):
+            table[p, : size - span] = np.maximum(
+                table[p - 1, : size - span], table[p - 1, span:size]
+            )
             span *= 2
+        self.table = table
+        self.levels = [table[p, : size - (1 << p) + 1] for p in range(levels)]
 
     def query1(self, lo: int, hi: int) -> int:
         """max(values[lo..hi]) for one range (NEG when empty): the scalar fast path."""
@@ -93,15 +106,9 @@ class SparseMax:
         empty = lo > hi
         length = np.where(empty, 1, hi - lo + 1)
         level = np.floor(np.log2(length)).astype(np.int64)
-        out = np.full(np.broadcast(lo, hi).shape, NEG, dtype=np.int64)
-        for p in np.unique(level):
-            sel = (level == p) & ~empty
-            if not sel.any():
-                continue
-            table = self.levels[p]
-            a = np.broadcast_to(lo, sel.shape)[sel]
-            b = np.broadcast_to(hi, sel.shape)[sel] - (1 << int(p)) + 1
-            out[sel] = np.maximum(table[a], table[b])
+        a = np.where(empty, 0, lo)
+        b = np.where(empty, 0, hi - np.left_shift(1, level) + 1)
+        out = np.where(empty, NEG, np.maximum(self.table[level, a], self.table[level, b]))
         return out if out.shape else int(out)
 
 
@@ -123,21 +130,31 @@ class ChainModel:
         self.profile = profile
         self.static = profile.static_bytes
 
-        def ints(values):
-            return np.array(list(values), dtype=np.int64)
-
-        o = ints(x.out_bytes for x in layers)
-        s = ints(x.saved_bytes for x in layers)
-        fw = ints(x.fwd_work_bytes for x in layers)
-        bw = ints(x.bwd_work_bytes for x in layers)
+        # One pass over the layers (short chains spend their time on such calls).
+        sizes = np.array(
+            [
+                (
+                    x.out_bytes,
+                    x.saved_bytes,
+                    x.fwd_work_bytes,
+                    x.bwd_work_bytes,
+                    x.input_grad_bytes,
+                    x.param_grad_bytes,
+                    x.saves_input,
+                    x.saves_output,
+                    x.fwd > 0,
+                    x.bwd > 0,
+                )
+                for x in layers
+            ],
+            dtype=np.int64,
+        ).reshape(n, 10)
+        o, s, fw, bw, _, pg = (sizes[:, i].copy() for i in range(6))
         g = np.zeros(n + 2, dtype=np.int64)
-        g[:n] = [x.input_grad_bytes for x in layers]
-        pg = ints(x.param_grad_bytes for x in layers)
+        g[:n] = sizes[:, 4]
         si = np.zeros(n + 1, dtype=bool)
-        si[:n] = [x.saves_input for x in layers]
-        so = np.array([x.saves_output for x in layers], dtype=bool)
-        tf = np.array([x.fwd > 0 for x in layers], dtype=bool)
-        tb = np.array([x.bwd > 0 for x in layers], dtype=bool)
+        si[:n] = sizes[:, 6] != 0
+        so, tf, tb = (sizes[:, i] != 0 for i in (7, 8, 9))
         self.fwd = np.array([x.fwd for x in layers], dtype=np.float64)
 
         pg_from = np.zeros(n + 2, dtype=np.int64)  # sum of pg_i for i >= index
@@ -175,14 +192,28 @@ class ChainModel:
         has_next = tops + 1 < n
         self.top_after = np.where(has_next & up, self.kb[nxt], NEG)  # B_{t+1}, minus R(k)
         self.top_before = np.where(has_next & ~up, self.bl[nxt], NEG)  # B_{t+1}, plus base
-        self._kb = SparseMax(self.kb)
-        self._kq = SparseMax(self.kq)
-        self._kf = SparseMax(self.kf)
         self._table = None
         if table if table is not None else n <= TABLE_LAYERS:
             self._table = self._cost_table()
         self.near_cost = self._near_costs()
-        self.last_cost = self.costs_at_top(n - 1)
+        # c(k, L-1): the run to the top; one column of the table where there is one
+        self.last_cost = (
+            self._table[:, n - 1].copy() if self._table is not None else self.costs_at_top(n - 1)
+        )
+
+    # Range maxima of the per-op terms, built on first use (a short chain reads
+    # every cost from its table and never needs them).
+    @cached_property
+    def _kb(self) -> SparseMax:
+        return SparseMax(self.kb)
+
+    @cached_property
+    def _kq(self) -> SparseMax:
+        return SparseMax(self.kq)
+
+    @cached_property
+    def _kf(self) -> SparseMax:
+        return SparseMax(self.kf)
 
     # -- segment costs -------------------------------------------------------
 
@@ -230,6 +261,11 @@ class ChainModel:
         )
         costs = np.maximum(np.maximum(fwd, bwd), np.maximum(block, top))
         return np.where(far, costs, NEG)
+
+    @property
+    def cost_table(self) -> np.ndarray | None:
+        """`c(k, t)` of every far edge (row `k + 1`, column `t`; NEG elsewhere), if tabled."""
+        return self._table
 
     @property
     def tabled(self) -> bool:

@@ -23,6 +23,7 @@ import numpy as np
 
 from solvers.remat.chain import NEG, ChainModel
 from solvers.remat.labels import FIRST_WINDOW, MAX_WINDOW, WORK_PER_LABEL, WORK_PER_WINDOW
+from solvers.remat.short import SHORT_LAYERS, min_peak_short
 
 
 @dataclass(frozen=True)
@@ -57,10 +58,18 @@ def min_peak(
     *,
     charge: Callable[[float], None] = lambda units: None,
     expired: Callable[[], bool] = lambda: False,
+    above: int | None = None,
 ) -> MinPeak:
-    """The smallest peak over every keep/recompute plan of the chain (see the module note)."""
+    """The smallest peak over every keep/recompute plan of the chain (see the module note).
+
+    `above` (bytes above static) is a peak no plan reaches when the caller
+    knows one (a budget proven infeasible): the ceilings start past it.
+    """
     ahead = _ahead(model)
-    lower = max(model.pg_total, int(ahead[0]), 0)
+    lower = max(model.pg_total, int(ahead[0]), 0, -1 if above is None else above + 1)
+    if model.n <= SHORT_LAYERS and model.tabled:  # plain Python: see `short`
+        peak, kept = min_peak_short(model, lower, charge)
+        return MinPeak(model.static + peak, kept, True, model.static + peak, 1)
     keep_all = model.peak(list(range(model.n))) - model.static
     step = max(1, int(model.base.max(initial=0)))
     ceiling = lower + 1

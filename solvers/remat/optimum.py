@@ -16,15 +16,17 @@ at two, where the optimum was), down to no target at all.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from solvers.remat.bounds import CompletionBound
+from solvers.remat.bounds import BoundStopped, CompletionBound
 from solvers.remat.chain import ChainModel
-from solvers.remat.labels import Found, LabelSearch, SearchStats
+from solvers.remat.labels import WORK_PER_CANDIDATE, Found, LabelSearch, SearchStats
 from solvers.remat.minpeak import MinPeak, min_peak
+from solvers.remat.short import PLAIN_LAYERS, SHORT_LAYERS, PriceBound, ShortChain, fits, search
 
 ROUNDS = 6  # lowered targets tried before the last search, which has none
 
@@ -58,7 +60,12 @@ def solve_room(
     """The plan saving the most forward time whose peak is at most `static + room`."""
     if room < model.pg_total:
         return Optimum(None, True, -np.inf, 0, None)
-    bound = CompletionBound(model, room, charge)
+    if model.n <= SHORT_LAYERS and model.tabled:
+        return solve_short(model, room, charge=charge, expired=expired)
+    try:
+        bound = CompletionBound(model, room, charge, expired)
+    except BoundStopped:  # the limit came first (10^4 layers: seconds to build)
+        return Optimum(None, False, np.inf, 0, None)
     upper = bound.root()
     if upper == -np.inf:  # not even the relaxation fits
         return Optimum(None, True, upper, 0, None)
@@ -94,3 +101,54 @@ def solve_room(
                 return Optimum(None, True, -np.inf, searches, stats, minimum)
         step *= 2
     raise AssertionError("the search without a target finds a plan whenever one fits")
+
+
+def solve_short(
+    model: ChainModel,
+    room: int,
+    *,
+    charge: Callable[[float], None] = lambda units: None,
+    expired: Callable[[], bool] = lambda: False,
+) -> Optimum:
+    """`solve_room` on a short chain, by `short`'s plain-Python searches (see its note).
+
+    First whether any plan fits (`short.fits`, one pass: if none, the
+    space's minimum says by how much). Up to `PLAIN_LAYERS` layers one
+    search without a bound follows (exact). Beyond, that plan and the bound's best
+    argmax path that fits are the incumbent; the first search's target is
+    the higher of it and the root bound less the largest forward. A search
+    that reaches its target has proven its plan; one that misses is
+    followed by one with the best value found as target (exact).
+    """
+    chain = ShortChain(model, room)
+    charge(len(chain.table) * chain.n * WORK_PER_CANDIDATE / 2)
+    some = fits(chain, room)
+    if some is None:  # exact: nothing fits; the space's minimum says by how much
+        minimum = min_peak(model, charge=charge, expired=expired, above=room)
+        return Optimum(None, minimum.proven, -np.inf, 0, None, minimum)
+    if chain.n <= PLAIN_LAYERS:  # fronts of a few labels: a bound costs more than it saves
+        found, stats = search(chain, None, -np.inf, charge=charge, expired=expired)
+        if found is None:  # stopped before the top
+            found = Found(some, math.fsum(chain.fwd[i] for i in some))
+        return Optimum(found, not stats.stopped, found.saved, 1, stats)
+    bound = PriceBound(chain)
+    charge(bound.evaluations * len(chain.table) * chain.n * WORK_PER_CANDIDATE / 2)
+    upper = bound.root
+    tol = 1e-9 * max(float(model.fwd.sum()), 1e-300)
+    incumbent = Found(some, math.fsum(chain.fwd[i] for i in some))
+    if bound.incumbent is not None and bound.incumbent[0] > incumbent.saved:
+        incumbent = Found(bound.incumbent[1], bound.incumbent[0])
+    if incumbent.saved >= upper - tol:  # the bound is tight: nothing to search
+        return Optimum(incumbent, True, incumbent.saved, 0, None)
+    target = max(upper - float(model.fwd.max(initial=0.0)), incumbent.saved)
+    searches = 0
+    while True:
+        searches += 1
+        found, stats = search(chain, bound, target - tol, charge=charge, expired=expired)
+        if found is None or found.saved < incumbent.saved:
+            found = incumbent
+        if stats.stopped:
+            return Optimum(found, False, upper, searches, stats)
+        if found.saved >= target - tol:
+            return Optimum(found, True, found.saved, searches, stats)
+        target = found.saved  # below the target: with the best value as target it is exact

@@ -39,6 +39,7 @@ parts.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 from planopt.blocks import BlockStructure, Repeat
 from planopt.plan import SWAP
@@ -108,15 +109,34 @@ def block_level(structure: BlockStructure, level: int) -> Level:
     )
 
 
-def block_levels(structure: BlockStructure) -> list[Level]:
-    """Level 0 up to the first level whose classes all hold one copy."""
+def _finest_level(structure: BlockStructure) -> int:
+    """The first level whose classes all hold one copy."""
     widest = max((rep.repeats - 2 for rep in structure.repeats), default=0)
-    levels = [block_level(structure, 0)]
     level = 0
     while 2**level < widest:
         level += 1
-        levels.append(block_level(structure, level))
-    return levels
+    return level
+
+
+def _deferred_level_phases(structure: BlockStructure, level: int) -> list[Phase]:
+    """`level_phases` of one level, the level built when the search first reaches it.
+
+    NOTE: at 10^5 layers each level takes about a second to build and there
+    are fifteen; built up front they ran past a 5 s limit before the search
+    began. Built on demand, the phases and their order are the same.
+    """
+    built: list[list[Phase]] = []
+
+    def phase(k: int) -> Callable[[Incumbent], bool]:
+        def run(inc: Incumbent) -> bool:
+            if not built:
+                built.append(level_phases(block_level(structure, level)))
+            return built[0][k][1](inc) if k < len(built[0]) else False
+
+        return run
+
+    name = f"blocks level {level}"
+    return [(name, phase(0)), (name + " pairs", phase(1))]
 
 
 def block_windows(structure: BlockStructure, size: int) -> list[Window]:
@@ -282,15 +302,16 @@ def block_phases(structure: BlockStructure, window: int, window_work: float) -> 
     per unit of work first (measured on GPT-12 and GPT-48: on nets of hundreds
     of layers a window costs about 2 s and rarely beats the group search, on
     small nets the windows close the last gaps to the optimum)."""
-    levels = block_levels(structure)
+    first = block_level(structure, 0)
     phases: list[Phase] = [
         ("composition", lambda inc: compose(inc, structure)),
         ("replication", lambda inc: replicate(inc, structure)),
         options_phase(structure),
+        *level_phases(first),
     ]
-    for level in levels:
-        phases += level_phases(level)
-    phases.append(kick_phase(levels[0], min_members=2))
+    for level in range(1, _finest_level(structure) + 1):
+        phases += _deferred_level_phases(structure, level)
+    phases.append(kick_phase(first, min_members=2))
     if window:
         phases.append(
             window_phase(

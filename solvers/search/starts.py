@@ -86,6 +86,10 @@ def portfolio(
         candidates.append((given.for_profile(problem.profile), "caller's plan"))
     greedy_out: SolverOutput | None = None
     for name in registry.starters():
+        if limited.out_of_time():
+            # The share's time ran out (10^5 layers: a second or more per starter); the
+            # minimum-memory plan below still gives a start when it fits.
+            break
         spec = registry.get(name)
         out: SolverOutput = spec.load()(limited)
         if spec.role is registry.Role.HEURISTIC:
@@ -93,19 +97,39 @@ def portfolio(
         if out.plan is not None:
             label = f"{name} plan" + (" (stopped by its limit)" if out.stopped else "")
             candidates.append((out.plan, label))
-    candidates.append((min_memory_plan(problem.profile), "minimum-memory plan"))
-    if recompute_share > 0 and in_space((KEEP, RECOMPUTE), space):
+    starts: list[tuple[float, int, Start]] = []
+    pending = list(candidates)
+
+    def score() -> None:
+        """Score the pending plans. Under a time limit each batch is scored at once, so
+        the steps below can see that a start fits; without one, all at the end (the
+        work charged in the same order whatever the machine)."""
+        for plan, source in pending:
+            if not in_space(plan.actions, space):
+                continue
+            if starts and problem.out_of_time():
+                break  # a start that fits is enough once the time is out (10^5 layers)
+            makespan, peak = problem.scorer.score_plan(plan)
+            if problem.fits(peak):
+                starts.append((makespan, len(starts), Start(plan, source, makespan)))
+        pending.clear()
+
+    timed = problem.deadline is not None
+    if timed:
+        score()
+    # NOTE: the minimum-memory plan is the start of last resort and the
+    # recompute-only optimum an improvement: past the deadline, with a start
+    # that fits already, neither is built (each costs seconds at 10^5 layers).
+    if not (starts and problem.out_of_time()):
+        pending.append((min_memory_plan(problem.profile), "minimum-memory plan"))
+        if timed:
+            score()
+    if recompute_share > 0 and in_space((KEEP, RECOMPUTE), space) and not problem.out_of_time():
         from solvers.remat_dp import seed_joint
 
         seeded = seed_joint(problem, share=recompute_share)
         if seeded is not None:
-            candidates.append((seeded[0], "recompute-only optimum (remat-dp)"))
-    starts: list[tuple[float, int, Start]] = []
-    for order, (plan, source) in enumerate(candidates):
-        if not in_space(plan.actions, space):
-            continue
-        makespan, peak = problem.scorer.score_plan(plan)
-        if problem.fits(peak):
-            starts.append((makespan, order, Start(plan, source, makespan)))
+            pending.append((seeded[0], "recompute-only optimum (remat-dp)"))
+    score()
     starts.sort(key=lambda t: (t[0], t[1]))
     return Portfolio(tuple(s for _, _, s in starts), greedy_out)

@@ -1,0 +1,283 @@
+"""The spec's copy engines on host threads: rehearse a plan on CPU with an emulated link.
+
+`ThreadCopies(link)` runs a D2H and an H2D worker thread, each taking its
+queue's copies one at a time in FIFO order. A copy starts at the latest of
+its enqueue, the end of the previous copy of its queue and (a copy back)
+the end of its own copy out, as the spec says; the worker does the real
+copy, then waits out `start + transfer_latency + bytes / bandwidth` before
+it releases the copy's sources and marks it done. The compute thread waits
+for a copy exactly where the schedule (`planopt.runtime.swap.Copies`) makes
+it wait, until the copy's end, so a plan's stalls on CPU are those the
+simulator predicts for the link.
+
+NOTE (modelled instants): a copy's end is `max(modelled end, end of the
+real copy)`, computed when the real copy is done; the next copy of the
+queue starts from it, and a waiting compute thread sleeps until it itself.
+Nothing on the critical path waits for a worker to wake up: on a loaded
+machine a sleeping thread wakes milliseconds late, and chaining those
+wake-ups (worker, then compute thread, then the next copy) made copies end
+5-10 ms late each on the 2-core machine of `experiments/bench_fidelity_time.py`.
+A real copy slower than the link (a link faster than memory) still delays
+its queue and its readers. `records` keeps, per copy, the modelled start
+and end and when the worker really marked it done (`late`).
+
+NOTE (clocks): `clock="wall"` (default) runs the link on `time.perf_counter`.
+On a machine shared with other processes the compute thread's wall time
+stretches with their load while the emulated copies do not, so copies
+overlap more compute than they would on an idle machine. `clock="thread"`
+runs the link on the compute thread's own clock instead: its CPU time
+(`time.thread_time`) plus the time it has waited for copies. A copy starts
+and ends on that clock; a compute thread that waits sleeps the modelled
+remainder and its clock advances by exactly that. The schedule is then the
+one the simulator computes from a profile timed on the same clock
+(`profile(..., timer="thread")`), whatever the load; the step's time on that
+clock is its CPU time plus its waits (`waits`). Copies' records are on the
+engine's clock; `late` is meaningful on the wall clock only.
+
+NOTE (memory): buffers are allocated on the compute thread (host buffers
+inside `host_memory()`, so the live-storage tracker files them outside the
+device peak; device buffers for a copy back when it is enqueued). A worker
+holds the sources of a copy out until the copy's end, so a swapped storage
+is freed at the later of the end of its copy out and the end of its forward
+use, the spec's instant (a worker's late wake-up frees it later, never
+earlier). Its release is then seen on the worker thread, which is why the
+tracker takes a lock.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+import torch
+
+from planopt.profile import Device
+from planopt.runtime.swap import Copies, Direction
+from planopt.runtime.tracker import current_where
+
+CLOCKS = ("wall", "thread")
+
+
+@dataclass(frozen=True, slots=True)
+class CopyRecord:
+    """One copy as the engine ran it (`time.perf_counter` seconds)."""
+
+    direction: Direction
+    layer: int
+    nbytes: int
+    issued: str  # where the step was when the copy was enqueued (`F_3`, `B_5`)
+    enqueued: float
+    start: float  # the modelled start: max(enqueued, previous end, own copy out's end)
+    modelled_end: float  # max(start + latency + nbytes / bandwidth, end of the real copy)
+    end: float  # when the worker marked it done (released its sources)
+    copy_seconds: float  # the real copy's own time
+
+    @property
+    def late(self) -> float:
+        """Seconds the worker marked the copy done past its end (a late wake-up)."""
+        return self.end - self.modelled_end
+
+
+@dataclass(frozen=True, slots=True)
+class WaitRecord:
+    """The compute thread waited for a copy (`where` the step was, e.g. `F_3`, `B_5`)."""
+
+    direction: Direction
+    layer: int
+    where: str
+    start: float
+    end: float
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+class _Job:
+    __slots__ = (
+        "after",
+        "copied",
+        "direction",
+        "done",
+        "dsts",
+        "end",
+        "enqueued",
+        "issued",
+        "layer",
+        "modelled_end",
+        "nbytes",
+        "srcs",
+        "start",
+    )
+
+    def __init__(self, direction, dsts, srcs, after, layer, enqueued: float) -> None:
+        self.direction = direction
+        self.dsts = dsts
+        self.srcs = srcs
+        self.after: _Job | None = after
+        self.layer = layer
+        self.nbytes = sum(d.numel() * d.element_size() for d in dsts)
+        self.issued = current_where()
+        self.enqueued = enqueued
+        self.start = self.modelled_end = self.end = math.nan
+        self.copied = threading.Event()  # the real copy is done; `modelled_end` is known
+        self.done = threading.Event()  # the worker released the sources
+
+
+class ThreadCopies(Copies):
+    """A D2H and an H2D worker thread over an emulated link (see the module doc)."""
+
+    streams = False
+
+    def __init__(self, link: Device, clock: str = "wall") -> None:
+        if not isinstance(link, Device):
+            raise TypeError(f"link must be a planopt.Device, got {type(link).__name__}")
+        if clock not in CLOCKS:
+            raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
+        self.link = link
+        self.clock = clock
+        self._waited = 0.0  # the compute thread's waits so far (clock "thread")
+        self.records: list[CopyRecord] = []
+        self.waits: list[WaitRecord] = []
+        self._queues: dict[Direction, queue.Queue] = {}
+        self._threads: list[threading.Thread] = []
+        self._error: BaseException | None = None
+
+    def duration(self, direction: Direction, nbytes: int) -> float:
+        """The link's time for one copy: `latency + bytes / bandwidth`."""
+        bw = self.link.d2h_bandwidth if direction is Direction.D2H else self.link.h2d_bandwidth
+        return self.link.transfer_latency + nbytes / bw
+
+    def now(self) -> float:
+        """The engine's clock, read on the compute thread (see the module NOTE on clocks)."""
+        if self.clock == "wall":
+            return time.perf_counter()
+        return time.thread_time() + self._waited
+
+    def clear_records(self) -> None:
+        self.records.clear()
+        self.waits.clear()
+
+    # -- the adapter ---------------------------------------------------------------
+
+    def _enqueue(self, direction, dsts, srcs, after, layer) -> _Job:
+        self._check()
+        if not self._threads:
+            self._start()
+        job = _Job(direction, list(dsts), list(srcs), after, layer, self.now())
+        self._queues[direction].put(job)
+        return job
+
+    def _wait(self, job: _Job | None) -> None:
+        if job is None:
+            return
+        start = self.now()
+        if not job.copied.is_set() or job.modelled_end > start:
+            job.copied.wait()  # the data itself
+            if self.clock == "wall":
+                remaining = job.modelled_end - time.perf_counter()
+                if remaining > 0:
+                    time.sleep(remaining)
+                end = time.perf_counter()
+            else:
+                # The compute thread's clock stood still while it was blocked;
+                # it advances by the modelled remainder, slept in wall time.
+                remaining = max(0.0, job.modelled_end - start)
+                time.sleep(remaining)
+                self._waited += remaining
+                end = start + remaining
+            self.waits.append(WaitRecord(job.direction, job.layer, current_where(), start, end))
+        self._check()
+
+    def synchronize(self) -> None:
+        for q in self._queues.values():
+            q.join()
+        self._check()
+
+    def close(self) -> None:
+        for q in self._queues.values():
+            q.put(None)
+        for thread in self._threads:
+            thread.join()
+        self._queues.clear()
+        self._threads.clear()
+
+    # -- the workers -----------------------------------------------------------------
+
+    def _start(self) -> None:
+        for direction in Direction:
+            q: queue.Queue = queue.Queue()
+            self._queues[direction] = q
+            thread = threading.Thread(
+                target=self._work, args=(q,), name=f"planopt-{direction.value}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+
+    def _work(self, q: queue.Queue) -> None:
+        previous_end = -math.inf
+        while True:
+            job = q.get()
+            if job is None:
+                q.task_done()
+                return
+            try:
+                previous_end = self._run(job, previous_end)
+            except BaseException as exc:  # reported to the compute thread at its next call
+                self._error = exc
+                job.modelled_end = job.end = time.perf_counter()
+                job.copied.set()
+                job.done.set()
+            finally:
+                q.task_done()
+
+    def _run(self, job: _Job, previous_end: float) -> float:
+        after = job.after
+        if after is not None:
+            after.copied.wait()
+        job.start = max(job.enqueued, previous_end, after.modelled_end if after else -math.inf)
+        began = time.perf_counter()
+        with torch.no_grad():
+            for dst, src in zip(job.dsts, job.srcs, strict=True):
+                dst.copy_(src)
+        copied = time.perf_counter()
+        duration = self.duration(job.direction, job.nbytes)
+        if self.clock == "wall":
+            job.modelled_end = max(job.start + duration, copied)
+            release_at = job.modelled_end
+        else:  # the end is on the compute thread's clock; release after the link's time
+            job.modelled_end = job.start + duration
+            release_at = began + duration
+        job.copied.set()
+        remaining = release_at - time.perf_counter()
+        if remaining > 0:
+            time.sleep(remaining)
+        # The sources are released at the copy's end (a copy out's storage may
+        # be its last holder: freed now, as the spec frees it).
+        job.dsts = job.srcs = []
+        job.end = time.perf_counter()
+        self.records.append(
+            CopyRecord(
+                job.direction,
+                job.layer,
+                job.nbytes,
+                job.issued,
+                job.enqueued,
+                job.start,
+                job.modelled_end,
+                job.end,
+                copied - began,
+            )
+        )
+        job.done.set()
+        return job.modelled_end
+
+    def _check(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise RuntimeError(
+                f"ThreadCopies: a copy failed on its worker thread: {error!r}"
+            ) from error

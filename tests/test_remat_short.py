@@ -1,0 +1,146 @@
+"""remat-dp's short-chain searches (plain Python) against enumeration and the vectorised ones.
+
+Chains up to `SHORT_LAYERS` take `solvers.remat.short`; longer ones the
+numpy searches. Both must give the same exact answers: the tests force
+each path on the same chains, and check the short path's pieces (the
+feasibility pass, the price bound) against enumeration directly.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from hypothesis import given
+from test_remat_dp import SMALL, _budgets, _recompute_only, v2_chains
+
+import planopt
+from planopt import Status
+from planopt.budget import keep_all_peak
+from planopt.problem import Problem
+from planopt.profile import Device, Layer, Profile
+from solvers.remat import minpeak, optimum
+from solvers.remat.certify import certify
+from solvers.remat.chain import ChainModel
+from solvers.remat.short import SHORT_LAYERS, PriceBound, ShortChain, fits
+from solvers.remat_dp import solve_certified
+
+DEVICE = Device("dev", 1024.0, 1024.0, 0.0)
+
+
+def _random_chain(seed: int, low: int, high: int) -> Profile:
+    """A v2 chain with every flag drawn, zero times included."""
+    rng = random.Random(seed)
+    layers = []
+    for i in range(rng.randint(low, high)):
+        layers.append(
+            Layer(
+                f"l{i}",
+                rng.choice([0.0, 0.5, 1.0, 1.5, 3.0]),
+                rng.choice([0.0, 1.0, 2.0]),
+                out_bytes=rng.randint(1, 60),
+                saved_bytes=rng.choice([0, 0, rng.randint(1, 40)]),
+                saves_input=rng.random() < 0.5,
+                saves_output=rng.random() < 0.5,
+                input_grad_bytes=layers[-1].out_bytes if i else 0,
+                param_grad_bytes=rng.choice([0, 0, rng.randint(1, 20)]),
+                fwd_work_bytes=rng.choice([0, 0, rng.randint(1, 50)]),
+                bwd_work_bytes=rng.choice([0, 0, rng.randint(1, 50)]),
+            )
+        )
+    return Profile(f"random{seed}", DEVICE, rng.randint(0, 100), tuple(layers))
+
+
+def _force(monkeypatch, short: bool) -> None:
+    """Send every chain down one path: the short searches, or the vectorised ones."""
+    limit = 10**9 if short else 0
+    monkeypatch.setattr(optimum, "SHORT_LAYERS", limit)
+    monkeypatch.setattr(minpeak, "SHORT_LAYERS", limit)
+
+
+@SMALL
+@given(v2_chains(max_layers=6))
+def test_the_feasibility_pass_is_exact(profile):
+    """`fits` finds a plan exactly when one fits (the gradients' floor is the caller's)."""
+    scores = _recompute_only(profile)
+    model = ChainModel(profile)
+    for budget in _budgets(scores):
+        room = budget - profile.static_bytes
+        kept = fits(ShortChain(model, room), room)
+        fitting = any(peak <= budget for _, peak, _ in scores)
+        if room >= model.pg_total:
+            assert (kept is not None) == fitting, budget
+        if kept is not None:
+            assert model.peak(list(kept)) - model.static <= max(room, model.pg_total)
+
+
+@SMALL
+@given(v2_chains(max_layers=6))
+def test_the_price_bound_is_above_every_completion(profile):
+    """At every kept layer of every plan that fits, what the layers above save is at
+    most the bound at the bytes held below it, for each price the search tests with."""
+    scores = _recompute_only(profile)
+    model = ChainModel(profile)
+    for budget in _budgets(scores):
+        room = budget - profile.static_bytes
+        bound = PriceBound(ShortChain(model, room))
+        prices = [*bound.prices, *((lam, bound.sweep(lam)[0]) for lam in (0.0, 1e-3, 0.1))]
+        for _, peak, actions in scores:
+            if peak > budget:
+                continue
+            kept = tuple(i for i, a in enumerate(actions) if str(a) == "keep")
+            saved = math.fsum(float(model.fwd[i]) for i in kept)
+            assert saved <= bound.root + 1e-9
+            for segment in certify(model, kept, proven=False, upper_saved=0.0).segments:
+                x = segment.kept + 1
+                above = math.fsum(float(model.fwd[i]) for i in kept if i > segment.kept)
+                for price, g in prices:
+                    value = max(price * (room - segment.held) + g[x], bound.free[x])
+                    assert above <= value + 1e-9, (kept, segment, price)
+
+
+@pytest.mark.parametrize("short", [True, False])
+@pytest.mark.parametrize("seed", range(4))
+def test_both_searches_are_the_enumerated_optimum(monkeypatch, seed, short):
+    _force(monkeypatch, short)
+    profile = _random_chain(seed, 8, 10)
+    scores = _recompute_only(profile)
+    peaks = sorted({p for _, p, _ in scores})
+    rng = random.Random(seed)
+    for budget in [peaks[0] - 1, peaks[0], *rng.sample(peaks, min(6, len(peaks))), peaks[-1]]:
+        fitting = [m for m, p, _ in scores if p <= budget]
+        out, _ = solve_certified(Problem(profile, budget, 0))
+        if not fitting:
+            assert out.status is Status.INFEASIBLE
+            assert str(peaks[0]) in out.message  # the space's minimum, exact
+        else:
+            assert out.status is Status.OPTIMAL
+            makespan = planopt.simulate(profile, out.plan, budget).makespan
+            assert makespan == pytest.approx(min(fitting), rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_short_and_the_vectorised_searches_agree(monkeypatch, seed):
+    """On chains of 20-60 layers, at budgets from tight to loose, and the minimum budget."""
+    profile = _random_chain(100 + seed, 20, 60)
+    assert len(profile.layers) <= SHORT_LAYERS
+    keep_all = keep_all_peak(profile) - profile.static_bytes
+    answers = {}
+    for short in (True, False):
+        _force(monkeypatch, short)
+        model = ChainModel(profile)
+        low = minpeak.min_peak(model)
+        assert low.proven and model.peak(list(low.kept)) == low.peak
+        rows = [low.peak]
+        for fraction in (0.3, 0.45, 0.6, 0.8):
+            room = int(fraction * keep_all)
+            result = optimum.solve_room(model, room)
+            assert result.proven
+            if result.found is None:
+                rows.append(None)
+                continue
+            assert model.peak(list(result.found.kept)) - model.static <= room
+            rows.append(round(result.found.saved, 9))
+        answers[short] = rows
+    assert answers[True] == answers[False]
