@@ -8,10 +8,11 @@ A composition of the tiers below, every step limited in work units
    is the incumbent, and the answer is never slower than it;
 2. the relaxation's bound (`solvers.model.relaxation`): a start that meets
    it is optimal at once;
-3. the polish (`_polish`, the search tier) on nets of 16 layers or more;
+3. the polish (`_polish`, the search tier) on nets of 17 layers or more;
 4. the plan model (`solvers.model`) with a floor at the bound, a probe at
    the bound (back-ends that take an objective cap), then the back-end
-   (`solvers.exact_search`: work slices that double, each with the next seed).
+   (`solvers.exact_search`: one call on the work left; work slices that
+   double, each with the next seed, where `RESTART_MAX_SLICES` > 1).
 
 The plan read back is re-scored in floating point, and the lower bound
 accounts for the model's time rounding.
@@ -71,7 +72,10 @@ RELAXATION_WORK = 5.0
 # The warm start is polished by the search tier (see `_polish`) on nets of at
 # least POLISH_FROM_LAYERS layers, for POLISH_SHARE of the work left, at most
 # POLISH_WORK units, with exact windows of POLISH_WINDOW layers.
-POLISH_FROM_LAYERS = 16
+# NOTE: 17, not 16: on 16-layer v2 chains the polish cost more than it saved
+# (experiments/results/exact_ablation.md: median 0.5 units to proof with it,
+# 0.2 without); the back-end finds those optima at once.
+POLISH_FROM_LAYERS = 17
 POLISH_SHARE = 0.15
 POLISH_WORK = 3.0
 POLISH_WINDOW = 8

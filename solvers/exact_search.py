@@ -35,7 +35,12 @@ PROBE_WORK = 5.0
 RESTART_FIRST_SLICE = 1.0
 RESTART_SLICE_AT_32 = 8.0  # the first slice at L = 32 (scaled with L^2, see `first_slice`)
 RESTART_SLICE_MAX = 30.0
-RESTART_MAX_SLICES = 12
+# NOTE: 1: one call on all the work left. Measured under v2
+# (experiments/results/exact_ablation.md, 10 units, 12/16-layer chains 30% of
+# the way from the minimum budget to keep-all): a 12-layer chain the slices
+# did not prove in 10 units was proven by one call; nowhere did slices prove
+# one that one call did not. A restart throws away what CP-SAT has learned.
+RESTART_MAX_SLICES = 1
 # The single-threaded re-derivation of a proven optimum found by racing threads
 # (`canonical`) gets at most this much work.
 CANONICAL_WORK = 5.0

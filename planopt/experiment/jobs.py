@@ -44,9 +44,13 @@ def _accepted(method: str, options: dict[str, Any]) -> dict[str, Any]:
 
 
 def random_profiles(
-    families: Sequence[str], lengths: Sequence[int], seeds: int | Sequence[int]
+    families: Sequence[str],
+    lengths: Sequence[int],
+    seeds: int | Sequence[int],
+    version: int = 1,
 ) -> list[tuple[Profile, str]]:
-    """Seeded random chains with their group label `random-<family>`."""
+    """Seeded random chains with their group label `random-<family>`; `version` is the
+    cost model's (`planopt.random_chain`)."""
     seed_list = range(seeds) if isinstance(seeds, int) else seeds
     out = []
     for family in families:
@@ -54,7 +58,9 @@ def random_profiles(
             raise PlanoptError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
         for n in lengths:
             for seed in seed_list:
-                out.append((random_chain(n, seed=seed, family=family), f"random-{family}"))
+                out.append(
+                    (random_chain(n, seed=seed, family=family, version=version), f"random-{family}")
+                )
     return out
 
 

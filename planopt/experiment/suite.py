@@ -46,6 +46,8 @@ SMALL_BUNDLED = (
     "resnet50-blocks-b128-pipedream",
     "vgg16-b128-pipedream",
     "vgg16-b64-a100-pcie4-roofline",
+    "gpt2-b8-s1024-h100-pcie5-traced",
+    "bert-base-b32-s512-h100-pcie5-traced",
 )
 
 
@@ -58,6 +60,10 @@ class SuiteConfig:
     small_bundled: tuple[str, ...] = SMALL_BUNDLED
     curve_fractions: tuple[float, ...] = (0.9, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2)
     families: tuple[str, ...] = ("uniform", "cnn", "transformer", "mixed")
+    # The cost model of the random chains (`planopt.random_chain`). NOTE: 1 keeps the
+    # report's v1 suite as it was; under 2 most short chains cannot meet 50% or 30%
+    # (the gradients must fit too), so the gap and scaling sweeps share no jobs.
+    chain_version: int = 1
     gap_lengths: tuple[int, ...] = (8, 12, 16)
     gap_fractions: tuple[float, ...] = (0.7, 0.5, 0.3)
     seeds: int = 2
@@ -75,6 +81,10 @@ class SuiteConfig:
     draws: int = 20
     # `auto` only dispatches to exact, blocks or lns, which the suite runs anyway.
     skip_methods: tuple[str, ...] = ("auto",)
+    large: bool = True  # the bundled nets too large for the exact model
+    # Work units per job (`planopt.work`; None: the time limits alone). With it the
+    # time limits are guards only and a loaded machine gives the same outcomes.
+    work_limit: float | None = None
     timeline_net: str = "resnet50-blocks-b128-a100-pcie4-roofline"
     timeline_fraction: float = 0.5
 
@@ -112,7 +122,11 @@ def build_jobs(config: SuiteConfig, methods: Sequence[str] | None = None):
         if m not in config.skip_methods
     ]
     heuristics = [m for m in methods if not is_exact(m)]
-    common = {"time_limit": config.time_limit, "bound_time_limit": config.bound_time_limit}
+    common = {
+        "time_limit": config.time_limit,
+        "bound_time_limit": config.bound_time_limit,
+        "work_limit": config.work_limit,
+    }
     small = [bundled_profile(n) for n in config.small_bundled]
     gap = make_jobs(
         small,
@@ -122,7 +136,8 @@ def build_jobs(config: SuiteConfig, methods: Sequence[str] | None = None):
         exact_max_layers=config.exact_max_layers,
         **common,
     )
-    chains = random_profiles(config.families, config.gap_lengths, config.seeds)
+    version = config.chain_version
+    chains = random_profiles(config.families, config.gap_lengths, config.seeds, version)
     gap += make_jobs(
         chains,
         config.gap_fractions,
@@ -132,12 +147,12 @@ def build_jobs(config: SuiteConfig, methods: Sequence[str] | None = None):
         **common,
     )
     large = make_jobs(
-        [bundled_profile(n) for n in large_bundled(config)],
+        [bundled_profile(n) for n in large_bundled(config)] if config.large else [],
         config.gap_fractions,
         heuristics,
         **common,
     )
-    scaling_chains = random_profiles(config.scaling_families, config.scaling_lengths, [0])
+    scaling_chains = random_profiles(config.scaling_families, config.scaling_lengths, [0], version)
     scaling = make_jobs(
         scaling_chains,
         (0.5,),
@@ -148,7 +163,7 @@ def build_jobs(config: SuiteConfig, methods: Sequence[str] | None = None):
     )
     backends = []
     chains = random_profiles(
-        config.scaling_families[:1], config.backend_lengths, [config.backend_seed]
+        config.scaling_families[:1], config.backend_lengths, [config.backend_seed], version
     )
     for profile, group in chains if "exact" in methods else []:
         minimum = min_budget(profile)
