@@ -1,8 +1,8 @@
 """Method "auto": pick the planner that fits the net, say which, and give a bound.
 
 * `exact` when the net has at most `exact_layers` layers (default 12: such
-  chains were proven optimal in about a second; at 16 layers 4 of 6 solves
-  hit a 60 s limit, experiments/results/exact_time.md);
+  chains are proven in well under a unit of work; at 16 layers some random
+  v2 chains stay unproven after 30 units, experiments/results/exact_time.md);
 * `blocks` when `planopt.find_blocks` finds repeated blocks covering at
   least half of the layers;
 * `lns` otherwise (the greedy improved by layer moves, kicks and exact
