@@ -167,15 +167,18 @@ def test_swap_wait_holds_the_forward_until_the_copy_out_ends():
 
     def before(i: int):
         def hook(_module, _args) -> None:
-            done = {r.layer for r in engine.records if r.direction is Direction.D2H}
-            seen[i] = 0 in done
+            # The compute side's own wait record, not the worker's copy record:
+            # the worker appends that after the copy's end, and the compute
+            # thread, woken at the same modelled end, may already be in F_2.
+            waited = {w.layer for w in engine.waits if w.direction is Direction.D2H}
+            seen[i] = 0 in waited
 
         return hook
 
     for i in (1, 2):
         chain.layers[i].register_forward_pre_hook(before(i))
     run_step(chain, plan, batch, ref.loss_fn, prof, engine=engine)
-    assert seen == {1: False, 2: True}  # F_1 ran beside the copy, F_2 after it
+    assert seen == {1: False, 2: True}  # F_1 ran beside the copy, F_2 after its end
     assert engine.held_at == [(Direction.D2H, 0, "F_2")]
     d2h_waits = [(w.layer, w.where) for w in engine.waits if w.direction is Direction.D2H]
     assert d2h_waits == [(0, "F_2")]

@@ -18,6 +18,9 @@ the 1e-7 safety margin, so the last bits do not either). A MIP (on request)
 runs after it on a fresh model, on the work left, counted at HiGHS's
 interrupt callbacks like every MIP here (`solvers.backends.highs`); its
 proven dual bound replaces the LP's when higher.
+
+NOTE (size): the row builder mirrors the PuLP reference row for row, and the
+cache and the solves share its column layout; one file keeps them in step.
 """
 
 from __future__ import annotations

@@ -51,6 +51,9 @@ duration, and `H` grows along the chain by `held_k`: the optimum is a
 resource-constrained path over kept layers, exact in bytes (no
 quantisation). The tests check this decomposition against
 `planopt.simulate` on every keep/recompute plan of random v2 chains.
+
+NOTE (size): the theorem above and the per-segment costs it proves are one
+argument; split, the proof would sit apart from the code it justifies.
 """
 
 from __future__ import annotations
