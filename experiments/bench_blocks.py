@@ -266,7 +266,8 @@ def small_part(args) -> list[str]:
         "## What the decomposition costs against the exact optimum",
         "",
         f"Nets of one random layer, k copies of a random 2-layer block and one random layer "
-        f"(`random_chain(4, seed, family='uniform')`, seeds 0-{args.small_seeds - 1}), "
+        f"(`random_chain(4, seed, family='uniform', version={args.chain_version})`, "
+        f"seeds 0-{args.small_seeds - 1}), "
         f"budgets 70/50/30%; instances where CP-SAT proved the optimum within "
         f"{args.small_exact_limit:g} s ({unproven} others left out). Gap = T / T_opt - 1. "
         "'without windows': `blocks` with `window=0` (the group search alone: block "
