@@ -13,10 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cli_output
 import pytest
+from cli_output import run
 
 import planopt
-from planopt import cli, registry
+from planopt import registry
 from planopt.cli import demo as demo_command
 from planopt.cli import solve as solve_command
 from planopt.errors import SolverOptionError
@@ -68,19 +70,9 @@ def swap_plan(tmp_path) -> str:
     return write(tmp_path / "swap.json", SWAP_PLAN)
 
 
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def one_error_line(err: str) -> str:
     """stderr must be exactly one `planopt: ...` line, never a traceback."""
-    assert "Traceback" not in err
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("planopt: ")
-    return lines[0]
+    return cli_output.one_error_line(err, prefix="planopt: ")
 
 
 def method_ready(name: str) -> bool:

@@ -12,6 +12,7 @@ import json
 import math
 
 import pytest
+from cli_output import one_error_line, run
 
 import planopt
 from planopt import cli, registry
@@ -19,20 +20,6 @@ from planopt.cli import demo as demo_command
 from planopt.io import plan_to_dict
 
 BUNDLED = "vgg16-b128-pipedream"
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_error_line(err: str) -> str:
-    assert "Traceback" not in err
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("planopt: error: ")
-    return lines[0]
 
 
 # -- --work-limit -----------------------------------------------------------------------

@@ -13,27 +13,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from cli_output import one_error_line, run
 
 import planopt
-from planopt import cli
 from planopt.errors import OutputPathError, SolverOptionError
 from planopt.io import plan_to_dict, save_plan
 
 NET = "alexnet-b128-caffe-titanx"
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_error_line(err: str) -> str:
-    assert "Traceback" not in err
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("planopt: error: ")
-    return lines[0]
 
 
 # -- one budget grammar ------------------------------------------------------------------

@@ -8,21 +8,15 @@ GPT-2's residual stream d_model = 768 per token, fp32 under autocast).
 from __future__ import annotations
 
 import pytest
+from cli_output import run
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
-from planopt import cli  # noqa: E402
 from planopt.cli.profile_model import MODEL_NAMES  # noqa: E402
 from planopt.io import load_profile  # noqa: E402
 from planopt.runtime.catalogue import MODELS  # noqa: E402
 from planopt.runtime.hf import hf_available  # noqa: E402
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_the_help_lists_every_catalogue_model():

@@ -7,18 +7,12 @@ import csv
 import json
 
 import pytest
+from cli_output import run
 
 import planopt
-from planopt import cli
 from planopt.experiment import suite
 
 pytest.importorskip("matplotlib")
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_sweep_writes_tables_and_figures_and_reuses_the_cache(tmp_path, capsys):
