@@ -24,7 +24,7 @@ from planopt.runtime import Chain, ChainError, Executor, reference_model  # noqa
 from planopt.runtime.link import measure_cuda_link  # noqa: E402
 from planopt.runtime.measure import measure  # noqa: E402
 from planopt.runtime.memory import static_bytes  # noqa: E402
-from planopt.runtime.profiler import profile  # noqa: E402
+from planopt.runtime.profiler import profile, profile_with_release  # noqa: E402
 
 LINK = planopt.Device("pcie-given", 2.5e10, 2.0e10, 1e-5)
 
@@ -115,6 +115,39 @@ def test_parameter_gradients_per_layer_or_in_static():
     assert all(layer.param_grad_bytes == 0 for layer in kept.layers)
     assert kept.static_bytes - to_none.static_bytes == sum(per_layer)
     assert "set to None" in to_none.source and "zeroed in place" in kept.source
+
+
+def test_backward_release_is_what_a_multi_node_layer_frees_before_its_gradients():
+    """Linear-ReLU-Dropout, gradients set to None: the dropout node frees its
+    mask (40 B) and the relu node the relu output (40 B) before the linear node
+    allocates the input's and the parameters' gradients; the incoming gradient
+    is freed as the next one of its size is made. The model, holding all of it
+    to the end, is 80 B above PyTorch: the release. With gradients kept the
+    parameter gradient is a temporary added in place: scratch, no release."""
+    torch.manual_seed(0)
+    chain = Chain.from_modules(
+        {
+            "proj": nn.Linear(3, 5, bias=False),
+            "block": nn.Sequential(nn.Linear(5, 5), nn.ReLU(), nn.Dropout(0.5)),
+            "head": nn.Linear(5, 5),
+        }
+    )
+    batch = (torch.randn(2, 3), torch.randn(2, 5))
+    options = dict(iterations=1, warmup=0, link=LINK)
+    prof, release = profile_with_release(chain, batch, product_loss, grads_to_none=True, **options)
+    assert release == (0, 80, 0)
+    assert prof.layers[1].bwd_work_bytes == 0
+    plain = profile(chain, batch, product_loss, grads_to_none=True, **options)
+    sizes = [
+        (lay.out_bytes, lay.saved_bytes, lay.param_grad_bytes, lay.bwd_work_bytes)
+        for lay in prof.layers
+    ]
+    assert sizes == [
+        (lay.out_bytes, lay.saved_bytes, lay.param_grad_bytes, lay.bwd_work_bytes)
+        for lay in plain.layers
+    ]
+    _, kept = profile_with_release(chain, batch, product_loss, **options)
+    assert kept == (0, 0, 0)
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,10 @@ class Counts:
         self.param_grad = [0] * n
         self.fwd_work = [0] * n
         self.bwd_work = [0] * n
+        # What B_i frees before its allocations peak, beyond what its scratch
+        # absorbs: the negative part of a signed backward scratch, which the
+        # spec's non-negative `bwd_work_bytes` cannot say (see `backward_release`).
+        self.bwd_release = [0] * n
         self.shapes: list[tuple[tuple[int, ...], str]] = []
         self.seed = 0  # the gradient backward() seeds the loss with
 

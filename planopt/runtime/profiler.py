@@ -149,7 +149,9 @@ class TrainingStep:
             counts.param_grad[t] = lives.alive_from(f"B_{t}", exclude=grad_keys[t : t + 1])
             counts.input_grad[t] = grad_bytes[t] if t > 0 else 0
             grown = probe.peak() - b_start[t]
-            counts.bwd_work[t] = max(0, grown - counts.input_grad[t] - counts.param_grad[t])
+            signed = grown - counts.input_grad[t] - counts.param_grad[t]
+            counts.bwd_work[t] = max(0, signed)
+            counts.bwd_release[t] = max(0, -signed)
 
         def grad_hook(i: int):
             def hook(grad: torch.Tensor) -> None:
@@ -305,6 +307,59 @@ def profile(
     compute thread's CPU time, which leaves out other processes' load on a
     shared machine; see `planopt.runtime.training.Clock`).
     """
+    return _measured(
+        chain,
+        sample_batch,
+        loss_fn,
+        device=device,
+        iterations=iterations,
+        warmup=warmup,
+        link=link,
+        optimizer=optimizer,
+        grads_to_none=grads_to_none,
+        name=name,
+        progress=progress,
+        autocast=autocast,
+        timer=timer,
+    )[0]
+
+
+def profile_with_release(
+    chain: Chain, sample_batch: tuple[torch.Tensor, torch.Tensor], loss_fn: LossFn, **options
+) -> tuple[Profile, tuple[int, ...]]:
+    """`profile(chain, sample_batch, loss_fn, **options)` and, per layer, the
+    bytes its backward frees before its allocations peak, beyond what its
+    scratch absorbs (`Counts.bwd_release`).
+
+    Cost model v2 adds a layer's new gradients on top of everything its
+    backward reads and frees all of it at the end; PyTorch frees saved
+    tensors and the incoming gradient node by node inside a multi-node
+    layer, so the real peak can be lower than any non-negative
+    `bwd_work_bytes` can say. This is that difference, measured in the same
+    counting step: the evidence for a signed backward scratch in a later
+    version of the cost model (`experiments/bench_fidelity.py` reports it).
+    """
+    prof, counts = _measured(chain, sample_batch, loss_fn, **options)
+    return prof, tuple(counts.bwd_release)
+
+
+def _measured(
+    chain: Chain,
+    sample_batch: tuple[torch.Tensor, torch.Tensor],
+    loss_fn: LossFn,
+    *,
+    device: torch.device | str | None = None,
+    iterations: int = 10,
+    warmup: int = 3,
+    link: Device | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    grads_to_none: bool = False,
+    name: str = "chain",
+    progress: bool | None = None,
+    autocast: torch.dtype | None = None,
+    timer: str = "wall",
+) -> tuple[Profile, Counts]:
+    """`profile`'s work, with what its counting step found."""
     if not isinstance(chain, Chain):
         raise TypeError(f"chain must be a planopt.runtime.Chain, got {type(chain).__name__}")
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
@@ -377,7 +432,7 @@ def profile(
         [statistics.median(f) for f in fwd],
         [statistics.median(b) for b in bwd],
     )
-    return Profile(
+    prof = Profile(
         name=name,
         device=link,
         static_bytes=static.total,
@@ -385,6 +440,7 @@ def profile(
         source=_source(device, iterations, warmup, link_note, static.note, grads_to_none, timer)
         + autocast_note(autocast),
     )
+    return prof, counts
 
 
 def _counting_step(run: TrainingStep, chain: Chain, device, batch, optimizer) -> Counts:
