@@ -17,13 +17,14 @@ The planner never imports this package: `import planopt` works without torch.
 
 from planopt.runtime.chain import Chain, module_signature
 from planopt.runtime.check import CheckReport, check, format_check
+from planopt.runtime.counting import ChainError
 from planopt.runtime.executor import Executor, StepStats, check_plan
 from planopt.runtime.fake import trace_profile
 from planopt.runtime.link import measure_cuda_link
 from planopt.runtime.measure import Measurement, measure, plain_step_seconds
 from planopt.runtime.memory import StaticBytes, static_bytes
 from planopt.runtime.models import REFERENCE_MODELS, ReferenceModel, reference_model
-from planopt.runtime.profiler import ChainError, profile
+from planopt.runtime.profiler import profile
 from planopt.runtime.recompute import RecomputeError
 from planopt.runtime.tracker import Category, LiveMemory
 

@@ -46,9 +46,10 @@ from planopt.hardware import gpu as gpu_named
 from planopt.profile import Profile
 from planopt.runtime.attention import gpu_attention
 from planopt.runtime.chain import Chain, LossFn
+from planopt.runtime.counting import TrainingStep
 from planopt.runtime.counts import autocast_note, chain_layers, check_autocast
 from planopt.runtime.memory import static_bytes
-from planopt.runtime.profiler import GRADS_TO_NONE_NOTE, TrainingStep
+from planopt.runtime.profiler import GRADS_TO_NONE_NOTE
 from planopt.runtime.roofline import RooflineMode
 from planopt.runtime.tracker import LiveMemory, TrackerProbe, tracing_for
 from planopt.runtime.training import prepare_grads
