@@ -135,8 +135,8 @@ FINDINGS = (
     "pass also got faster (`reads_back` inlined, no sort of one-element lists): 10-13% "
     "a simulation at 10^5 layers; the greedy under a work limit takes the same steps to "
     "the same plan in the same time (-4% to +3% over four runs). Recompute-only at "
-    "10^3 layers ran 22.9 s on this quiet machine (4.6 s under load, where it never "
-    "got so far): the exact method's warm-start hint, a sweep of "
+    "10^3 layers ran 22.9 s at load 2.4 (4.6 s at load 4, where it never got "
+    "so far): the exact method's warm-start hint, a sweep of "
     "its model to a fixed point, did not look at the deadline; it now does before each "
     "sweep.",
     "",
