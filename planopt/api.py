@@ -25,11 +25,14 @@ from planopt.work import check_work_limit
 # A plan within this relative distance of T_ideal is optimal: no plan is faster.
 _IDEAL_TOLERANCE = 1e-12
 # NOTE (the limit covers the whole call): after the method stops, its plan is
-# built and re-simulated (`_finish`): 1.8 s at 10^5 layers, measured (0.5 s
-# building, 1.25 s simulating), about 1.8e-5 s a layer. The method's deadline
-# keeps that much of the limit back (at most half of it), so that the call,
-# not only the method, ends within the limit.
-FINISH_SECONDS_PER_LAYER = 2e-5
+# built and re-simulated (`_finish`). Measured first at 1.8e-5 s a layer (10^5
+# layers: 0.5 s building, 1.25 s simulating); since the build no longer formats
+# messages and the fingerprint is hashed before the method, 3-4e-6 s a layer
+# of CPU (10^5: 0.3 s; 10^6: 0.6 s building, 3.3 s checking and simulating, on
+# a quiet machine). The method's deadline keeps back 1e-5 s a layer (at most
+# half the limit): room for a 2.5x slower (shared) machine, while at 10^6
+# layers a 30 s limit still leaves the greedy time for its first plan.
+FINISH_SECONDS_PER_LAYER = 1e-5
 
 
 def check_time_limit(time_limit: float | None) -> float | None:
@@ -105,6 +108,10 @@ def solve(
                 f"for {profile.name!r}), got {bytes_budget:.0f}"
             ),
         )
+    # NOTE: every returned plan carries the profile's fingerprint, hashed once per
+    # profile (2.4 s at 10^6 layers); hashed here it is inside the method's share
+    # of the limit, not after the method's deadline in the time kept for `_finish`.
+    _ = profile.fingerprint
     problem = Problem(
         profile=profile,
         budget=bytes_budget,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -40,15 +40,24 @@ class MeteredScorer:
         prefetch_at: Sequence[int | None],
         swap_wait: Sequence[int | None],
         free_copies: Collection[int] = (),
+        *,
+        stop: Callable[[], bool] | None = None,
     ) -> Timing:
         self.meter.charge(self.cost)
-        return self.base.timing(actions, prefetch_at, swap_wait, free_copies)
+        return self.base.timing(actions, prefetch_at, swap_wait, free_copies, stop=stop)
 
     def score(
-        self, actions, prefetch_at, swap_wait, free_copies: Collection[int] = ()
+        self,
+        actions,
+        prefetch_at,
+        swap_wait,
+        free_copies: Collection[int] = (),
+        *,
+        stop: Callable[[], bool] | None = None,
     ) -> tuple[float, int]:
+        """Charged in full before it runs, so a `stop` (a deadline) never changes the work."""
         self.meter.charge(self.cost)
-        return self.base.score(actions, prefetch_at, swap_wait, free_copies)
+        return self.base.score(actions, prefetch_at, swap_wait, free_copies, stop=stop)
 
     def score_plan(self, plan: Plan) -> tuple[float, int]:
         self.meter.charge(self.cost)

@@ -20,7 +20,7 @@ computed once and never travels between two.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +34,19 @@ from planopt.schedule import OP_KINDS, OpKind, Schedule
 
 _NAN = float("nan")
 _KIND_CODE = {kind: code for code, kind in enumerate(OP_KINDS)}
+
+# NOTE (stopping a simulation): at 10^6 layers one simulation takes seconds,
+# so a caller with a deadline (the greedy) passes `stop` and the timing pass
+# asks it after every STOP_EVERY layers (a few ms of work; never at the
+# start, so a chain of at most STOP_EVERY layers always runs to its end),
+# and once more before the memory sweep; when it says yes the simulation
+# raises `SimulationStopped` and returns nothing. Without `stop` nothing
+# changes: the chunks run the same operations in the same order.
+STOP_EVERY = 4096
+
+
+class SimulationStopped(Exception):
+    """The caller's `stop` said to give up mid-simulation (its deadline passed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +103,10 @@ class Scorer:
         self.saves_output = [layer.saves_output for layer in layers]
         # The output has a reader whatever the plan (a recompute block above may add one).
         self.out_read_always = [self.saves_output[i] or self.saves_input[i + 1] for i in range(n)]
+        # B_i reads its own products back when it has internals or reads its output.
+        self._reads_own = [
+            s > 0 or o for s, o in zip(self.internals, self.saves_output, strict=True)
+        ]
         dev = profile.device
         self.device = dev
         # Copy durations when the output is copied too, and when only internals are.
@@ -147,7 +164,7 @@ class Scorer:
     def reads_back(self, t: int, actions: Sequence[Action]) -> list[int]:
         """Swap layers whose copy back `B_t` must wait for (layer `t`, layer `t-1`)."""
         out = []
-        if actions[t] is SWAP and (self.internals[t] > 0 or self.saves_output[t]):
+        if actions[t] is SWAP and self._reads_own[t]:
             out.append(t)
         if t > 0 and self.saves_input[t] and actions[t - 1] is SWAP:
             out.append(t - 1)
@@ -162,6 +179,8 @@ class Scorer:
         swap_wait: Sequence[int | None],
         free_copies: Collection[int] = (),
         runs: Runs | None = None,
+        *,
+        stop: Callable[[], bool] | None = None,
     ) -> Timing:
         n = self.n
         fwd, bwd = self.fwd, self.bwd
@@ -186,19 +205,22 @@ class Scorer:
         # Forward: F_i waits for F_{i-1} and for copies out named by swap_wait.
         clock = 0.0
         d2h_free = 0.0
-        for i in range(n):
-            if i in waiters:
-                for w in waiters[i]:
-                    if out_end[w] > clock:
-                        clock = out_end[w]
-            f_start[i] = clock
-            clock += fwd[i]
-            f_end[i] = clock
-            if actions[i] is SWAP:
-                start = clock if clock > d2h_free else d2h_free
-                out_start[i] = start
-                d2h_free = start + out_dur[i]
-                out_end[i] = d2h_free
+        for lo in range(0, n, STOP_EVERY):
+            if lo and stop is not None and stop():
+                raise SimulationStopped
+            for i in range(lo, min(n, lo + STOP_EVERY)):
+                if i in waiters:
+                    for w in waiters[i]:
+                        if out_end[w] > clock:
+                            clock = out_end[w]
+                f_start[i] = clock
+                clock += fwd[i]
+                f_end[i] = clock
+                if actions[i] is SWAP:
+                    start = clock if clock > d2h_free else d2h_free
+                    out_start[i] = start
+                    d2h_free = start + out_dur[i]
+                    out_end[i] = d2h_free
 
         back_start = [_NAN] * n
         back_end = [_NAN] * n
@@ -208,33 +230,40 @@ class Scorer:
         b_end = [_NAN] * n
         h2d_free = 0.0
         block_at = runs.block_at
+        reads_own, saves_input = self._reads_own, self.saves_input
         # Backward steps L-1 .. 0. `clock` is when the previous compute op ends,
         # which is also when step t is issued.
-        for t in range(n - 1, -1, -1):
-            if t in prefetches:
-                # Enqueued at the issue instant, higher layer index first.
-                for i in sorted(prefetches[t], reverse=True):
-                    start = clock if clock > h2d_free else h2d_free
-                    if out_end[i] > start:
-                        start = out_end[i]
-                    back_start[i] = start
-                    h2d_free = start + back_dur[i]
-                    back_end[i] = h2d_free
-            if t in block_at:
-                first, top = block_at[t]
-                k = first - 1
-                if k >= 0 and actions[k] is SWAP and back_end[k] > clock:
-                    clock = back_end[k]
-                for j in range(first, top + 1):
-                    r_start[j] = clock
-                    clock += fwd[j]
-                    r_end[j] = clock
-            for i in self.reads_back(t, actions):
-                if back_end[i] > clock:
-                    clock = back_end[i]
-            b_start[t] = clock
-            clock += bwd[t]
-            b_end[t] = clock
+        for hi in range(n, 0, -STOP_EVERY):
+            if hi < n and stop is not None and stop():
+                raise SimulationStopped
+            for t in range(hi - 1, max(0, hi - STOP_EVERY) - 1, -1):
+                if t in prefetches:
+                    # Enqueued at the issue instant, higher layer index first (each
+                    # list was filled in increasing layer order).
+                    for i in reversed(prefetches[t]):
+                        start = clock if clock > h2d_free else h2d_free
+                        if out_end[i] > start:
+                            start = out_end[i]
+                        back_start[i] = start
+                        h2d_free = start + back_dur[i]
+                        back_end[i] = h2d_free
+                if t in block_at:
+                    first, top = block_at[t]
+                    k = first - 1
+                    if k >= 0 and actions[k] is SWAP and back_end[k] > clock:
+                        clock = back_end[k]
+                    for j in range(first, top + 1):
+                        r_start[j] = clock
+                        clock += fwd[j]
+                        r_end[j] = clock
+                # `reads_back(t, actions)`, inlined: it runs for every layer.
+                if actions[t] is SWAP and reads_own[t] and back_end[t] > clock:
+                    clock = back_end[t]
+                if t and saves_input[t] and actions[t - 1] is SWAP and back_end[t - 1] > clock:
+                    clock = back_end[t - 1]
+                b_start[t] = clock
+                clock += bwd[t]
+                b_end[t] = clock
 
         makespan = max(clock, d2h_free, h2d_free)
         return Timing(
@@ -369,11 +398,19 @@ class Scorer:
         return self.score(actions, prefetch_at, swap_wait)[1]
 
     def score(
-        self, actions, prefetch_at, swap_wait, free_copies: Collection[int] = ()
+        self,
+        actions,
+        prefetch_at,
+        swap_wait,
+        free_copies: Collection[int] = (),
+        *,
+        stop: Callable[[], bool] | None = None,
     ) -> tuple[float, int]:
-        """(makespan, peak bytes) of a valid plan given as lists."""
+        """(makespan, peak bytes) of a valid plan given as lists (`stop`: see the NOTE)."""
         runs = self.runs(actions)
-        tm = self.timing(actions, prefetch_at, swap_wait, free_copies, runs)
+        tm = self.timing(actions, prefetch_at, swap_wait, free_copies, runs, stop=stop)
+        if stop is not None and self.n > STOP_EVERY and stop():
+            raise SimulationStopped
         return tm.makespan, self.memory(actions, tm, runs)[0]
 
     def score_plan(self, plan: Plan) -> tuple[float, int]:

@@ -288,7 +288,11 @@ def solve_exact(
     form = build(problem.profile, problem.budget, actions=actions, with_swap_wait=with_swap_wait)
     charge_model(problem, form)
     add_objective_floor(form, relaxed)
-    hint = None if incumbent is None else evaluate(form, form.decisions(incumbent[1]))
+    hint = None
+    if incumbent is not None:
+        hint = evaluate(form, form.decisions(incumbent[1]), stop=problem.out_of_time)
+        if hint is None:  # the deadline passed while the hint was worked out
+            return _stopped(incumbent, relaxed, "the limit was reached")
     used, threads_note = search_threads(problem, record, threads)
     how = ""
     settled = None

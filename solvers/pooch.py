@@ -71,7 +71,14 @@ the budget (`keeps_cannot_fit`, a proven lower bound).
 
 Determinism: every loop runs in layer order (ties by layer index). The time
 and work limits are checked between candidates; on expiry the current plan,
-which fits the budget at every step, is returned.
+which fits the budget at every step, is returned. The time limit (the clock
+alone, never the work: a work-limited run takes the same steps anywhere) is
+also looked at inside each simulation and every `STOP_EVERY` layers of the
+greedy's own passes over the chain, since at 10^6 layers one simulation
+takes seconds (issue 16): a check cut short undoes its candidate change, so
+the plan returned is still the last one that fitted; cut short before any
+plan fitted (keep-all, all-swap and the stage-4 plan are each one
+simulation), the greedy answers `Status.TIMEOUT` with no plan.
 
 NOTE (size): one published algorithm whose four stages share one working
 plan and one set of acceptance helpers; this header's "published vs our
@@ -87,7 +94,7 @@ from planopt.errors import SolverOptionError
 from planopt.plan import KEEP, RECOMPUTE, SWAP, Action, Plan, need_indices
 from planopt.problem import Problem
 from planopt.result import SolverOutput, Status
-from planopt.simulate import Timing
+from planopt.simulate import STOP_EVERY, SimulationStopped, Timing
 from solvers.baselines import all_swap_actions
 from solvers.scoring import free_copy_makespans
 
@@ -129,7 +136,7 @@ class _NoPlan(Exception):
 
 
 class _Expired(Exception):
-    """The time or work limit passed; the current plan is returned."""
+    """The time or work limit passed; the last plan that fitted is returned."""
 
 
 class _Greedy:
@@ -139,6 +146,8 @@ class _Greedy:
         self.scorer = problem.scorer
         self.n = problem.n
         self.log = _Log()
+        # Whether the working plan fits the budget (false until the start finds one).
+        self.found = False
 
     # -- scoring helpers ------------------------------------------------------
 
@@ -146,14 +155,35 @@ class _Greedy:
         if self.problem.expired():
             raise _Expired
 
+    def out_of_time(self, done: int) -> None:
+        """Inside a long pass: every STOP_EVERY items, stop once past the deadline."""
+        if done and done % STOP_EVERY == 0 and self.problem.out_of_time():
+            raise _Expired
+
     def score(self, w: _Work) -> tuple[float, int]:
-        return self.scorer.score(*w.lists())
+        try:
+            return self.scorer.score(*w.lists(), stop=self.problem.out_of_time)
+        except SimulationStopped:
+            raise _Expired from None
 
     def fits(self, w: _Work) -> bool:
         return self.problem.fits(self.score(w)[1])
 
+    def fits_or_undo(self, w: _Work, undo: Callable[[], None]) -> bool:
+        """Whether `w` fits; `undo()` when it does not or the limit cuts the check short."""
+        ok = False
+        try:
+            ok = self.fits(w)
+        finally:
+            if not ok:
+                undo()
+        return ok
+
     def timing(self, w: _Work) -> Timing:
-        return self.scorer.timing(*w.lists())
+        try:
+            return self.scorer.timing(*w.lists(), stop=self.problem.out_of_time)
+        except SimulationStopped:
+            raise _Expired from None
 
     def accept_each(
         self,
@@ -179,10 +209,12 @@ class _Greedy:
                 ok = False
             else:
                 undos = [change(i) for i in part]
-                ok = self.fits(w)
-                if not ok:
+
+                def undo_all(undos=undos) -> None:
                     for undo in reversed(undos):
                         undo()
+
+                ok = self.fits_or_undo(w, undo_all)
             if ok:
                 taken += len(part)
                 k += len(part)
@@ -204,6 +236,7 @@ class _Greedy:
             while len(undos) > k:
                 undos.pop()()
             while len(undos) < k:
+                self.out_of_time(len(undos))
                 undos.append(change(items[len(undos)]))
 
         good, bad = 0, len(items) + 1
@@ -211,8 +244,13 @@ class _Greedy:
         while bad - good > 1:
             set_prefix(good)  # a plan that fits, should the time limit stop us here
             self.tick()
-            set_prefix(probe)
-            if self.fits(w):
+            try:
+                set_prefix(probe)
+                ok = self.fits(w)
+            except _Expired:
+                set_prefix(good)
+                raise
+            if ok:
                 good = probe
             else:
                 bad = probe
@@ -226,6 +264,7 @@ class _Greedy:
         """Leave all-swap (`w`) when it fits, else make `w` the stage-4 plan."""
         n = self.n
         if self.fits(w):
+            self.found = True
             return
         # Stage 4: the minimum-memory plan, then take back what the budget allows.
         # Copies back just in time: at need(i), which v2 puts at i + 1 when
@@ -236,7 +275,9 @@ class _Greedy:
             w.wait[i] = i + 1
         if not self.fits(w):
             self.fallback(w)
+            self.found = True
             return
+        self.found = True
         self.log.stage4 = True
 
         def ahead(i: int) -> Callable[[], None]:
@@ -280,7 +321,8 @@ class _Greedy:
         tm = self.timing(w)
         n = self.n
         out = []
-        for i in w.swapped():
+        for k, i in enumerate(w.swapped()):
+            self.out_of_time(k)
             late = i + 1 < n and tm.out_end[i] > tm.f_end[i + 1]
             j = w.wait[i]
             waited = j is not None and tm.out_end[i] > tm.f_end[j - 1]
@@ -349,10 +391,11 @@ class _Greedy:
                     lead = w.prefetch[j] - old_need[j]
                     w.prefetch[j] = min(need[j] + lead, self.n - 1)
                 break
-        if self.fits(w):
-            return True
-        w.actions, w.prefetch, w.wait = saved
-        return False
+
+        def undo() -> None:
+            w.actions, w.prefetch, w.wait = saved
+
+        return self.fits_or_undo(w, undo)
 
     def stage2(self, w: _Work) -> None:
         fwd = self.scorer.fwd
@@ -361,7 +404,12 @@ class _Greedy:
             self.tick()
             # One vectorised pass: charged as one simulation per 16 probes, its measured cost.
             self.scorer.charge(1 + len(candidates) / 16)
-            makespan, free = free_copy_makespans(self.scorer.base, *w.lists(), candidates)
+            try:
+                makespan, free = free_copy_makespans(
+                    self.scorer.base, *w.lists(), candidates, stop=self.problem.out_of_time
+                )
+            except SimulationStopped:
+                raise _Expired from None
             ranked = []
             for c, t_free in zip(candidates, free.tolist(), strict=True):
                 swap_cost = makespan - t_free
@@ -415,11 +463,14 @@ class _Greedy:
         self.tick()
         old = w.prefetch[i]
         w.prefetch[i] = j
-        makespan, peak = self.score(w)
-        if self.problem.fits(peak) and (limit is None or makespan <= limit):
-            return True
-        w.prefetch[i] = old
-        return False
+        ok = False
+        try:
+            makespan, peak = self.score(w)
+            ok = self.problem.fits(peak) and (limit is None or makespan <= limit)
+        finally:
+            if not ok:
+                w.prefetch[i] = old
+        return ok
 
     def _gallop_down(self, w: _Work, i: int, cur: int, top: int) -> int:
         """Largest-found step in (cur, top] that fits, galloping down from `top`."""
@@ -519,7 +570,11 @@ def pooch(problem: Problem, *, retry_over_budget: bool = False) -> SolverOutput:
     # of stage 1's dozens; on 10^6 layers with memory to spare stage 1 did
     # not finish in 30 s and the greedy returned a plan swapping everything.
     keep_all = _Work([KEEP] * n, [None] * n, [None] * n)
-    if greedy.fits(keep_all):
+    try:
+        keep_all_fits = greedy.fits(keep_all)
+    except _Expired:
+        return _timeout("the check whether keep-all fits")
+    if keep_all_fits:
         plan = Plan.build(keep_all.actions, profile=problem.profile)
         return SolverOutput(plan, Status.FEASIBLE, message="pooch: keep-all fits the budget")
     w = _Work(all_swap_actions(n), [None] * n, [None] * n)
@@ -537,7 +592,8 @@ def pooch(problem: Problem, *, retry_over_budget: bool = False) -> SolverOutput:
             stage(w)
         stopped = ""
     except _Expired:
-        pass
+        if not greedy.found:
+            return _timeout("the search for a first plan that fits (all-swap, then stage 4)")
     except _NoPlan as exc:
         return SolverOutput(None, Status.INFEASIBLE, message=str(exc))
     log = greedy.log
@@ -552,4 +608,13 @@ def pooch(problem: Problem, *, retry_over_budget: bool = False) -> SolverOutput:
         parts.append(f"limit reached in stage {stopped}")
     return SolverOutput(
         plan, Status.FEASIBLE, message="pooch: " + "; ".join(parts), stopped=bool(stopped)
+    )
+
+
+def _timeout(during: str) -> SolverOutput:
+    return SolverOutput(
+        None,
+        Status.TIMEOUT,
+        message=f"pooch: the time limit passed during {during}, before any plan fitted",
+        stopped=True,
     )

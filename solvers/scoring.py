@@ -11,12 +11,12 @@ entry equals the scalar probe bit for bit (the tests check this).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from planopt.plan import SWAP, Action
-from planopt.simulate import Scorer
+from planopt.simulate import STOP_EVERY, Scorer, SimulationStopped
 
 
 def free_copy_makespans(
@@ -25,13 +25,17 @@ def free_copy_makespans(
     prefetch_at: Sequence[int | None],
     swap_wait: Sequence[int | None],
     candidates: Sequence[int],
+    *,
+    stop: Callable[[], bool] | None = None,
 ) -> tuple[float, np.ndarray]:
     """The plan's makespan, and its makespan with the copies of `candidates[k]`
     free for every k (float64 array).
 
     Candidates must be swap layers of the (valid) plan. Cost: one simulation
     with numpy vectors of length `len(candidates) + 1` (the last column frees
-    nothing), i.e. O(L) numpy calls.
+    nothing), i.e. O(L) numpy calls. `stop` is asked as in the simulator
+    (every `STOP_EVERY` layers, never at the start), which raises
+    `SimulationStopped` when it says yes.
     """
     n = scorer.n
     m = len(candidates) + 1
@@ -55,6 +59,8 @@ def free_copy_makespans(
     d2h_free = np.zeros(m)
     out_end: dict[int, np.ndarray] = {}
     for i in range(n):
+        if i and i % STOP_EVERY == 0 and stop is not None and stop():
+            raise SimulationStopped
         if i in waiters:
             for w in waiters[i]:
                 clock = np.maximum(clock, out_end[w])
@@ -70,6 +76,8 @@ def free_copy_makespans(
     h2d_free = np.zeros(m)
     back_end: dict[int, np.ndarray] = {}
     for t in range(n - 1, -1, -1):
+        if t + 1 < n and (n - 1 - t) % STOP_EVERY == 0 and stop is not None and stop():
+            raise SimulationStopped
         if t in prefetches:
             for i in sorted(prefetches[t], reverse=True):
                 start = np.maximum(np.maximum(clock, h2d_free), out_end[i])
