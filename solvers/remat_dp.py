@@ -18,17 +18,20 @@ from solvers.remat.certify import Certificate, certify
 from solvers.remat.chain import ChainModel
 from solvers.remat.minpeak import min_peak
 from solvers.remat.optimum import solve_room
+from solvers.remat.pychain import PyChain
+from solvers.remat.short import SHORT_LAYERS
 
 
 def solve_certified(problem: Problem) -> tuple[SolverOutput, Certificate | None]:
     """The method's answer and, when it has a plan, the certificate behind it."""
     profile = problem.profile
-    model = ChainModel(profile)
+    # short chains: plain Python lists, numpy's call overheads would be most of the time
+    model = PyChain(profile) if len(profile.layers) <= SHORT_LAYERS else ChainModel(profile)
     room = math.floor(problem.budget) - profile.static_bytes
     charge, expired = problem.meter.charge, problem.expired
     everything = tuple(range(model.n))
     if model.peak(list(everything)) - profile.static_bytes <= room:
-        cert = certify(model, everything, proven=True, upper_saved=float(model.fwd.sum()))
+        cert = certify(model, everything, proven=True, upper_saved=math.fsum(model.fwd))
         return _output(profile, cert, "keep-all fits: optimal without a search"), cert
     result = solve_room(model, max(room, -1), charge=charge, expired=expired)
     if result.found is None:
