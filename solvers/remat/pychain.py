@@ -108,22 +108,26 @@ class PyChain:
         pa = base + self.pa[x] if x < n and self.pa[x] > NEG else NEG
         kf, kb, kq, above = self.kf, self.kb, self.kq, self.above
         after, before = self.top_after, self.top_before
-        for t in range(start, n):
+        for t in range(start, n):  # (comparisons, not max(): this is the hot loop)
             if t + 1 < n and kf[t + 1] > fmax:  # F_{t+1}, reading x_{t+1}
                 fmax = kf[t + 1]
             if kb[t] > bmax:  # B_t in the run
                 bmax = kb[t]
             if t > x and kq[t] > qmax:  # F'_t in the block
                 qmax = kq[t]
-            fwd = max(pa, fmax + base) if fmax > NEG else pa
-            bwd = bmax - rk if bmax > NEG else NEG
-            envelope = max(fwd, bwd)
-            inner = max(pa, qmax - rk) if qmax > NEG else pa
-            cost = max(envelope, inner + above[t] if inner > NEG else NEG)
-            if after[t] > NEG:
-                cost = max(cost, after[t] - rk)
-            if before[t] > NEG:
-                cost = max(cost, before[t] + base)
+            envelope = pa  # the forwards' and the run's backwards' terms
+            if fmax > NEG and fmax + base > envelope:
+                envelope = fmax + base
+            if bmax > NEG and bmax - rk > envelope:
+                envelope = bmax - rk
+            cost = envelope
+            inner = qmax - rk if qmax > NEG and qmax - rk > pa else pa
+            if inner > NEG and inner + above[t] > cost:
+                cost = inner + above[t]
+            if after[t] > NEG and after[t] - rk > cost:
+                cost = after[t] - rk
+            if before[t] > NEG and before[t] + base > cost:
+                cost = before[t] + base
             costs.append(cost)
             if envelope > limit:  # no top above this one fits
                 break
