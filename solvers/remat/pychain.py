@@ -81,29 +81,25 @@ class PyChain:
             bwd = self.r_node[x] + self.bl[x] if self.bl[x] > NEG else NEG
             near[x] = max(fwd, bwd)
         self.near = near
-        # Per row: the costs so far, the running maxima they end with, and the
-        # growing terms' value at its last top (to know where a larger room stops).
-        self._rows: list[list[int]] = [[] for _ in range(n + 1)]
-        self._state: list[tuple[int, int, int, int] | None] = [None] * (n + 1)
+        # Per row: the costs so far (`rows`, read directly by the hot loops), the
+        # growing terms at its last top (`grown`: every top past it costs at least
+        # this; a row is extended only for a larger limit), the running maxima.
+        self.rows: list[list[int]] = [[] for _ in range(n + 1)]
+        self.grown: list[int] = [NEG] * (n + 1)
+        self._state: list[tuple[int, int, int] | None] = [None] * (n + 1)
 
     # -- far edges -------------------------------------------------------------
 
     def row(self, x: int, limit: float) -> list[int]:
         """`c(k, t)` for `t = x, x+1, ...` (`k = x - 1`): every top up to `L-1` whose
         growing terms are within `limit`, and possibly more (a row only grows)."""
-        costs = self._rows[x]
+        costs = self.rows[x]
         n = self.n
         start = x + len(costs)
-        if start >= n:
+        if start >= n or self.grown[x] > limit:
             return costs
         state = self._state[x]
-        if state is None:
-            fmax = bmax = qmax = NEG
-            envelope = NEG
-        else:
-            fmax, bmax, qmax, envelope = state
-        if envelope > limit:
-            return costs
+        fmax, bmax, qmax = (NEG, NEG, NEG) if state is None else state
         base, rk = self.base[x], self.r_below[x]
         pa = base + self.pa[x] if x < n and self.pa[x] > NEG else NEG
         kf, kb, kq, above = self.kf, self.kb, self.kq, self.above
@@ -131,14 +127,9 @@ class PyChain:
             costs.append(cost)
             if envelope > limit:  # no top above this one fits
                 break
-        self._state[x] = (fmax, bmax, qmax, envelope)
+        self._state[x] = (fmax, bmax, qmax)
+        self.grown[x] = envelope
         return costs
-
-    def stopped_at(self, x: int) -> int:
-        """The growing terms of `c(k, t)` at row `x`'s last top computed: every top past
-        it costs at least this much (meaningful while the row is short of `L-1`)."""
-        state = self._state[x]
-        return NEG if state is None else state[3]
 
     def last(self, x: int) -> int:
         """`c(k, L-1)`: the run from `k+1` to the top (NEG for `x = L`: nothing above)."""

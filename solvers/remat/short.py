@@ -363,6 +363,7 @@ def reach(model: PyChain, room: int) -> tuple[tuple[int, ...] | None, float]:
     """
     n = model.n
     near, r_node, base, row_of = model.near, model.r_node, model.base, model.row
+    rows, grown = model.rows, model.grown
     least = [INF] * (n + 1)
     prev = [-1] * (n + 1)
     least[0] = 0
@@ -378,8 +379,11 @@ def reach(model: PyChain, room: int) -> tuple[tuple[int, ...] | None, float]:
                 least[x + 1], prev[x + 1] = h + r_node[x], x
         elif h + near[x] < nxt:
             nxt = h + near[x]
-        row = row_of(x, limit)
+        row = rows[x]
         span = len(row)
+        if span < n - x and grown[x] <= limit:  # the row stops short of what may fit
+            row = row_of(x, limit)
+            span = len(row)
         if span == n - x and row[-1] <= limit:  # a run to the top
             end = x
             break
@@ -391,7 +395,7 @@ def reach(model: PyChain, room: int) -> tuple[tuple[int, ...] | None, float]:
             elif y <= n and held < least[y]:
                 least[y], prev[y] = held, x
         if span < n - x:  # the tops past the row cost at least its growing terms
-            grow = h + model.stopped_at(x)
+            grow = h + grown[x]
             if grow < nxt:
                 nxt = grow
     else:
