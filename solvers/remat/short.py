@@ -274,18 +274,18 @@ def search(
         f = fwd[x - 1] if x else 0.0
         hs: list[int] = []
         vs: list[float] = []
-        refs: list[int] = []
+        first = len(parent)
         top = -INF
-        for h, nv, ref in arriving:
+        for h, nv, ref in arriving:  # (the hot loop: a few operations a candidate)
             v = f - nv
             if v > top:
                 top = v
                 hs.append(h)
                 vs.append(v)
-                refs.append(len(parent))
                 parent.append(ref)
-                node.append(x)
         size = len(hs)
+        refs = list(range(first, first + size))
+        node += [x] * size
         labels += size
         widest = max(widest, size)
         charge(len(arriving) * WORK_PER_CANDIDATE + size * WORK_PER_LABEL)
