@@ -6,8 +6,9 @@ then spends its time on numpy's per-call overheads (a microsecond or two
 per call, tens of calls per node), not on labels. This one runs the same
 exact Pareto-label search (`labels`' note: a label `(H, V)` at a kept
 layer, a front per layer, an edge takes the prefix of a front with `H <=
-room - c(k, t)`) on Python lists, with every edge's cost read from the
-model's table, and it prunes with a cheaper bound:
+room - c(k, t)`) on Python lists, with every edge's cost read from
+`pychain`'s rows (no numpy model is built), and it prunes with a cheaper
+bound (beyond `PLAIN_LAYERS`; below, none):
 
 * **Bound.** The same Lagrangian relaxation as `bounds` at one price `lam`
   (completions keep only the last segment's constraint, dualised; every
@@ -27,11 +28,12 @@ A label is dropped only when its bound is below a value some plan reaches
 (or a target whose failure the caller handles): the answer is exact for
 every profile, as `labels`' is.
 
-Two more questions need no labels at all: whether any plan fits (`fits`:
-a layer keeps only its smallest `H`, one pass over the edges) and, by
-bisection on it, the space's minimum budget (`min_peak_short`). The tests
-check every piece against enumeration and both searches against each
-other (`optimum.solve_short` puts them together).
+Two more questions need no labels at all: whether any plan fits (`reach`:
+a layer keeps only its smallest `H`, one pass over the edges, which when
+nothing fits also proves a lower bound on every plan's peak) and, by
+passes at that bound, the space's minimum budget (`min_peak_short`). The
+tests check every piece against enumeration and both searches against
+each other (`optimum.solve_short` puts them together).
 """
 
 from __future__ import annotations
@@ -44,11 +46,11 @@ from solvers.remat.chain import NEG, ChainModel
 from solvers.remat.labels import WORK_PER_CANDIDATE, WORK_PER_LABEL, Found, SearchStats
 from solvers.remat.pychain import PyChain
 
-# Chains up to this long take these searches (the model must hold the cost table).
-# Measured (CPU time, model included): on the synthetic chain they beat the
-# vectorised ones 3-10x at 16-64 layers and still 1.4x at 200; on transformer
-# chains of 160 layers at 50%, with fronts of 800-950 labels, the vectorised
-# search is 1.3-1.4x faster; resnet50-ops (175 layers) is even.
+# Chains up to this long take these searches. Measured (CPU time, model
+# included): on the synthetic chain they beat the vectorised ones 3-10x at
+# 16-64 layers and still 1.2-2x at 80-128; on transformer chains of 160 layers
+# at 50%, with fronts of 800-950 labels, the vectorised search is 1.8x faster
+# (gpt-12: 2.5 s against 4.5 s); resnet50-ops (175 layers): 1.5x at 50%, even at 30%.
 SHORT_LAYERS = 64
 # Up to this many layers the search runs without a bound: its fronts hold a
 # few labels, and pricing each one costs more than the labels it would cut
