@@ -27,7 +27,14 @@ from solvers.remat.chain import ChainModel
 from solvers.remat.labels import WORK_PER_CANDIDATE, Found, LabelSearch, SearchStats
 from solvers.remat.minpeak import MinPeak, min_peak
 from solvers.remat.pychain import PyChain
-from solvers.remat.short import PLAIN_LAYERS, SHORT_LAYERS, PriceBound, ShortChain, reach, search
+from solvers.remat.short import (
+    PLAIN_LAYERS,
+    SHORT_LAYERS,
+    PriceBound,
+    ShortChain,
+    least_peak,
+    search,
+)
 
 ROUNDS = 6  # lowered targets tried before the last search, which has none
 
@@ -113,8 +120,8 @@ def solve_short(
 ) -> Optimum:
     """`solve_room` on a short chain, by `short`'s plain-Python searches (see its note).
 
-    First whether any plan fits (`short.reach`, one pass: if none, the
-    space's minimum says by how much). Up to `PLAIN_LAYERS` layers one
+    First whether any plan fits (`short.least_peak` from the room: if none,
+    its room rises to the space's minimum, which says by how much). Up to `PLAIN_LAYERS` layers one
     search without a bound follows (exact). Beyond, that plan and the bound's best
     argmax path that fits are the incumbent; the first search's target is
     the higher of it and the root bound less the largest forward. A search
@@ -123,11 +130,11 @@ def solve_short(
     """
     if not isinstance(model, PyChain):
         model = PyChain(model.profile)
-    charge((model.n + 1) * model.n * WORK_PER_CANDIDATE / 2)
-    some, least = reach(model, room)
-    if some is None:  # exact: nothing fits; the space's minimum (at least `least`) says by how much
-        minimum = min_peak(model, charge=charge, expired=expired, above=least - 1)
-        return Optimum(None, minimum.proven, -np.inf, 0, None, minimum)
+    # one pass: a plan within the room, or (the room raised until one fits) the minimum
+    reached, some = least_peak(model, room, charge)
+    if reached > room:  # exact: nothing fits; the space's minimum says by how much
+        peak = model.static + max(reached, model.pg_total)
+        return Optimum(None, True, -np.inf, 0, None, MinPeak(peak, some, True, peak, 1))
     chain = ShortChain(model, room)
     if chain.n <= PLAIN_LAYERS:  # fronts of a few labels: a bound costs more than it saves
         found, stats = search(chain, None, -np.inf, charge=charge, expired=expired)
