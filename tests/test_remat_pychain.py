@@ -20,7 +20,7 @@ from test_remat_short import _random_chain
 from solvers.remat.chain import ChainModel
 from solvers.remat.minpeak import min_peak
 from solvers.remat.pychain import PyChain
-from solvers.remat.short import min_peak_short, reach
+from solvers.remat.reach import min_peak_short, reach
 
 
 def _same_numbers(profile, limits) -> None:

@@ -24,7 +24,8 @@ import numpy as np
 from solvers.remat.chain import NEG, ChainModel
 from solvers.remat.labels import FIRST_WINDOW, MAX_WINDOW, WORK_PER_LABEL, WORK_PER_WINDOW
 from solvers.remat.pychain import PyChain
-from solvers.remat.short import SHORT_LAYERS, min_peak_short
+from solvers.remat.reach import min_peak_short
+from solvers.remat.short import SHORT_LAYERS
 
 
 @dataclass(frozen=True)

@@ -27,12 +27,12 @@ from solvers.remat.chain import ChainModel
 from solvers.remat.labels import WORK_PER_CANDIDATE, Found, LabelSearch, SearchStats
 from solvers.remat.minpeak import MinPeak, min_peak
 from solvers.remat.pychain import PyChain
+from solvers.remat.reach import least_peak
 from solvers.remat.short import (
     PLAIN_LAYERS,
     SHORT_LAYERS,
     PriceBound,
     ShortChain,
-    least_peak,
     search,
 )
 
@@ -120,7 +120,7 @@ def solve_short(
 ) -> Optimum:
     """`solve_room` on a short chain, by `short`'s plain-Python searches (see its note).
 
-    First whether any plan fits (`short.least_peak` from the room: if none,
+    First whether any plan fits (`reach.least_peak` from the room: if none,
     its room rises to the space's minimum, which says by how much). Up to `PLAIN_LAYERS` layers one
     search without a bound follows (exact). Beyond, that plan and the bound's best
     argmax path that fits are the incumbent; the first search's target is
