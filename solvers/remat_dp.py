@@ -16,19 +16,26 @@ from planopt.problem import Problem
 from planopt.result import SolverOutput, Status
 from solvers.remat.certify import Certificate, certify
 from solvers.remat.chain import ChainModel
+from solvers.remat.floor import budget_floor
 from solvers.remat.minpeak import min_peak
 from solvers.remat.optimum import solve_room
+from solvers.remat.pychain import PyChain
+from solvers.remat.short import SHORT_LAYERS
 
 
 def solve_certified(problem: Problem) -> tuple[SolverOutput, Certificate | None]:
     """The method's answer and, when it has a plan, the certificate behind it."""
     profile = problem.profile
-    model = ChainModel(profile)
+    floor = budget_floor(profile)
+    if math.floor(problem.budget) < floor:  # far below the space's minimum: no model needed
+        return _infeasible(problem, f"at least {floor} bytes (a lower bound from the layers)"), None
+    # short chains: plain Python lists, numpy's call overheads would be most of the time
+    model = PyChain(profile) if len(profile.layers) <= SHORT_LAYERS else ChainModel(profile)
     room = math.floor(problem.budget) - profile.static_bytes
     charge, expired = problem.meter.charge, problem.expired
     everything = tuple(range(model.n))
     if model.peak(list(everything)) - profile.static_bytes <= room:
-        cert = certify(model, everything, proven=True, upper_saved=float(model.fwd.sum()))
+        cert = certify(model, everything, proven=True, upper_saved=math.fsum(model.fwd))
         return _output(profile, cert, "keep-all fits: optimal without a search"), cert
     result = solve_room(model, max(room, -1), charge=charge, expired=expired)
     if result.found is None:
@@ -40,15 +47,12 @@ def solve_certified(problem: Problem) -> tuple[SolverOutput, Certificate | None]
                 stopped=True,
             ), None
         minimum = result.minimum or min_peak(model, charge=charge, expired=expired, above=room)
-        need = f"{minimum.peak} bytes" if minimum.proven else f"more than {minimum.lower} bytes"
-        return SolverOutput(
-            None,
-            Status.INFEASIBLE,
-            message=(
-                f"remat-dp: no keep/recompute plan fits the budget {problem.budget:.0f} bytes: "
-                f"the recompute-only space needs at least {need} (swaps may still fit)"
-            ),
-        ), None
+        need = (
+            f"at least {minimum.peak} bytes"
+            if minimum.proven
+            else f"more than {minimum.lower} bytes"
+        )
+        return _infeasible(problem, need), None
     low = result.minimum.peak if result.minimum and result.minimum.proven else None
     cert = certify(
         model, result.found.kept, proven=result.proven, upper_saved=result.upper, min_budget=low
@@ -60,6 +64,17 @@ def solve_certified(problem: Problem) -> tuple[SolverOutput, Certificate | None]
         else "no search"
     )
     return _output(profile, cert, detail), cert
+
+
+def _infeasible(problem: Problem, need: str) -> SolverOutput:
+    return SolverOutput(
+        None,
+        Status.INFEASIBLE,
+        message=(
+            f"remat-dp: no keep/recompute plan fits the budget {problem.budget:.0f} bytes: "
+            f"the recompute-only space needs {need} (swaps may still fit)"
+        ),
+    )
 
 
 def _output(profile, cert: Certificate, detail: str) -> SolverOutput:

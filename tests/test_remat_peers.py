@@ -87,6 +87,12 @@ def test_the_benchmark_summary_says_where_the_dp_overtakes_rotor():
     text = _summary(rows)
     assert "1,000-layer chain in 300 ms" in text
     assert "from 64 layers on at every budget" in text
+    assert "Rotor's C is faster at 16 layers at 50% (15.0x)" in text
+    assert "faster nowhere" in _summary([row(16, 0.0001, 0.0002)])
+    warmed = (0.5, 16, Timed("optimal", 0.0003), None, Timed("optimal", 0.0005, warm=0.0001))
+    text = _summary([warmed])
+    assert "Rotor's C is faster nowhere" in text
+    assert "later calls (in brackets) are faster than the method at 16 layers at 50% (3.0x)" in text
     rows.insert(2, row(80, 0.05, 0.01))  # slower again at 80: only from 100 on
     assert "from 100 layers on at every budget" in _summary(rows)
     rows.append((0.3, 200, Timed("optimal", 0.1), None, Timed("optimal", 1.0)))

@@ -8,7 +8,13 @@
 * `optimum`: targets, searches and the proof at one budget.
 * `minpeak`: the space's minimum budget (the smallest peak of any plan).
 * `short`: the same searches in plain Python for chains up to 64 layers,
-  where numpy's call overheads would be most of the time.
+  where numpy's call overheads would be most of the time; `pychain`: the
+  segment costs they read, as Python lists, each row only as long as a
+  budget needs.
+* `reach`: whether any plan fits, and the space's minimum budget, by
+  passes that keep one `H` per layer (no labels), on `pychain`'s rows.
+* `floor`: a lower bound on the space's minimum budget from the layers
+  alone, which answers "infeasible" before any model is built.
 * `certify`: what a solve proves, in a form the tests check independently.
 
 The registered method is `solvers.remat_dp` ("remat-dp").

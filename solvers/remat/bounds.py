@@ -136,6 +136,8 @@ class CompletionBound:
         self.use = np.arange(len(self.prices))
         self._prices = self.prices
         self._g = np.ascontiguousarray(self.g)
+        # the price `reaches` tries first: the root's best (its multiple 1.0)
+        self._center = 1 + int(np.argmin(np.abs(LABEL_PRICES - 1.0))) if best > 0 else 0
 
     def _refine(self, prices: np.ndarray) -> float:
         """The price minimising the root bound, estimated from one sweep over `prices`.
@@ -218,6 +220,23 @@ class CompletionBound:
         slack = (self.room - held).astype(np.float64)
         priced = (slack[:, None] * self._prices[None, :] + self._g[x]).min(axis=1)
         return np.maximum(priced, self.free[x])
+
+    def reaches(self, x, held: np.ndarray, value: np.ndarray, floor: float) -> np.ndarray:
+        """Per label, whether `value + bound(x, held) >= floor` (the search's test).
+
+        The same test as `bound`, staged: the root's best price alone cuts
+        most labels (1,000-layer chain at 20%: nine in ten), so only the
+        survivors pay for the full set of prices.
+        """
+        slack = (self.room - held).astype(np.float64)
+        ok = value + slack * self._prices[self._center] + self._g[x, self._center] >= floor
+        ok |= value + self.free[x] >= floor
+        if ok.any():
+            alive = np.flatnonzero(ok)
+            xs = x if np.ndim(x) == 0 else x[alive]
+            priced = (slack[alive, None] * self._prices[None, :] + self._g[xs]).min(axis=1)
+            ok[alive] = value[alive] + np.maximum(priced, self.free[xs]) >= floor
+        return ok
 
     def window(self, k: int, t0: int, held: np.ndarray, value: np.ndarray) -> float:
         """The best total any label `(held, value)` of node `k` can reach through a

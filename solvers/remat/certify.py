@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 
 from solvers.remat.chain import NEG, ChainModel
+from solvers.remat.pychain import PyChain
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class Certificate:
 
 
 def certify(
-    model: ChainModel,
+    model: ChainModel | PyChain,
     kept: tuple[int, ...],
     *,
     proven: bool,

@@ -162,7 +162,7 @@ class LabelSearch:
                     which = np.arange(total) - np.repeat(starts, counts)
                     hh = held[which]
                     vv = v[which] + fwd[tops + 1]
-                    ok = vv + bound.bound(tops + 2, hh) >= floor
+                    ok = bound.reaches(tops + 2, hh, vv, floor)
                     candidates += int(ok.sum())
                     tops, hh, vv, which = tops[ok], hh[ok], vv[ok], which[ok]
                     if len(tops):
@@ -178,7 +178,7 @@ class LabelSearch:
     def _push(self, chunks, x, j, h, v, index, floor) -> int:
         """Labels of node index `x` moved to kept layer `j`, if their bound reaches `floor`."""
         v = v + self.model.fwd[j]
-        ok = v + self.bound.bound(j + 1, h) >= floor
+        ok = self.bound.reaches(j + 1, h, v, floor)
         if ok.any():
             chunks[j + 1].append((h[ok], v[ok], np.full(int(ok.sum()), x), index[ok]))
         return int(ok.sum())

@@ -23,7 +23,9 @@ import numpy as np
 
 from solvers.remat.chain import NEG, ChainModel
 from solvers.remat.labels import FIRST_WINDOW, MAX_WINDOW, WORK_PER_LABEL, WORK_PER_WINDOW
-from solvers.remat.short import SHORT_LAYERS, min_peak_short
+from solvers.remat.pychain import PyChain
+from solvers.remat.reach import min_peak_short
+from solvers.remat.short import SHORT_LAYERS
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ def _ahead(model: ChainModel) -> np.ndarray:
 
 
 def min_peak(
-    model: ChainModel,
+    model: ChainModel | PyChain,
     *,
     charge: Callable[[float], None] = lambda units: None,
     expired: Callable[[], bool] = lambda: False,
@@ -65,11 +67,16 @@ def min_peak(
     `above` (bytes above static) is a peak no plan reaches when the caller
     knows one (a budget proven infeasible): the ceilings start past it.
     """
-    ahead = _ahead(model)
-    lower = max(model.pg_total, int(ahead[0]), 0, -1 if above is None else above + 1)
-    if model.n <= SHORT_LAYERS and model.tabled:  # plain Python: see `short`
-        peak, kept = min_peak_short(model, lower, charge)
+    floor = max(model.pg_total, 0, -1 if above is None else above + 1)
+    if isinstance(model, PyChain) or (model.n <= SHORT_LAYERS and model.tabled):
+        # plain Python (see `short`); every op holds at least its own layer's terms
+        own = (
+            max(model.pa + model.bl + model.kf) if isinstance(model, PyChain) else _ahead(model)[0]
+        )
+        peak, kept = min_peak_short(model, max(floor, int(own)), charge)
         return MinPeak(model.static + peak, kept, True, model.static + peak, 1)
+    ahead = _ahead(model)
+    lower = max(floor, int(ahead[0]))
     keep_all = model.peak(list(range(model.n))) - model.static
     step = max(1, int(model.base.max(initial=0)))
     ceiling = lower + 1

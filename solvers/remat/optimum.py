@@ -26,7 +26,15 @@ from solvers.remat.bounds import BoundStopped, CompletionBound
 from solvers.remat.chain import ChainModel
 from solvers.remat.labels import WORK_PER_CANDIDATE, Found, LabelSearch, SearchStats
 from solvers.remat.minpeak import MinPeak, min_peak
-from solvers.remat.short import PLAIN_LAYERS, SHORT_LAYERS, PriceBound, ShortChain, fits, search
+from solvers.remat.pychain import PyChain
+from solvers.remat.reach import least_peak
+from solvers.remat.short import (
+    PLAIN_LAYERS,
+    SHORT_LAYERS,
+    PriceBound,
+    ShortChain,
+    search,
+)
 
 ROUNDS = 6  # lowered targets tried before the last search, which has none
 
@@ -51,7 +59,7 @@ class Optimum:
 
 
 def solve_room(
-    model: ChainModel,
+    model: ChainModel | PyChain,
     room: int,
     *,
     charge: Callable[[float], None] = lambda units: None,
@@ -60,7 +68,7 @@ def solve_room(
     """The plan saving the most forward time whose peak is at most `static + room`."""
     if room < model.pg_total:
         return Optimum(None, True, -np.inf, 0, None)
-    if model.n <= SHORT_LAYERS and model.tabled:
+    if isinstance(model, PyChain) or (model.n <= SHORT_LAYERS and model.tabled):
         return solve_short(model, room, charge=charge, expired=expired)
     try:
         bound = CompletionBound(model, room, charge, expired)
@@ -104,7 +112,7 @@ def solve_room(
 
 
 def solve_short(
-    model: ChainModel,
+    model: ChainModel | PyChain,
     room: int,
     *,
     charge: Callable[[float], None] = lambda units: None,
@@ -112,35 +120,37 @@ def solve_short(
 ) -> Optimum:
     """`solve_room` on a short chain, by `short`'s plain-Python searches (see its note).
 
-    First whether any plan fits (`short.fits`, one pass: if none, the
-    space's minimum says by how much). Up to `PLAIN_LAYERS` layers one
+    First whether any plan fits (`reach.least_peak` from the room: if none,
+    its room rises to the space's minimum, which says by how much). Up to `PLAIN_LAYERS` layers one
     search without a bound follows (exact). Beyond, that plan and the bound's best
     argmax path that fits are the incumbent; the first search's target is
     the higher of it and the root bound less the largest forward. A search
     that reaches its target has proven its plan; one that misses is
     followed by one with the best value found as target (exact).
     """
+    if not isinstance(model, PyChain):
+        model = PyChain(model.profile)
+    # one pass: a plan within the room, or (the room raised until one fits) the minimum
+    reached, some = least_peak(model, room, charge)
+    if reached > room:  # exact: nothing fits; the space's minimum says by how much
+        peak = model.static + max(reached, model.pg_total)
+        return Optimum(None, True, -np.inf, 0, None, MinPeak(peak, some, True, peak, 1))
     chain = ShortChain(model, room)
-    charge(len(chain.table) * chain.n * WORK_PER_CANDIDATE / 2)
-    some = fits(chain, room)
-    if some is None:  # exact: nothing fits; the space's minimum says by how much
-        minimum = min_peak(model, charge=charge, expired=expired, above=room)
-        return Optimum(None, minimum.proven, -np.inf, 0, None, minimum)
     if chain.n <= PLAIN_LAYERS:  # fronts of a few labels: a bound costs more than it saves
         found, stats = search(chain, None, -np.inf, charge=charge, expired=expired)
         if found is None:  # stopped before the top
             found = Found(some, math.fsum(chain.fwd[i] for i in some))
         return Optimum(found, not stats.stopped, found.saved, 1, stats)
     bound = PriceBound(chain)
-    charge(bound.evaluations * len(chain.table) * chain.n * WORK_PER_CANDIDATE / 2)
+    charge(bound.evaluations * (chain.n + 1) * chain.n * WORK_PER_CANDIDATE / 2)
     upper = bound.root
-    tol = 1e-9 * max(float(model.fwd.sum()), 1e-300)
+    tol = 1e-9 * max(math.fsum(chain.fwd), 1e-300)
     incumbent = Found(some, math.fsum(chain.fwd[i] for i in some))
     if bound.incumbent is not None and bound.incumbent[0] > incumbent.saved:
         incumbent = Found(bound.incumbent[1], bound.incumbent[0])
     if incumbent.saved >= upper - tol:  # the bound is tight: nothing to search
         return Optimum(incumbent, True, incumbent.saved, 0, None)
-    target = max(upper - float(model.fwd.max(initial=0.0)), incumbent.saved)
+    target = max(upper - max(chain.fwd, default=0.0), incumbent.saved)
     searches = 0
     while True:
         searches += 1

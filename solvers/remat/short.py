@@ -6,8 +6,9 @@ then spends its time on numpy's per-call overheads (a microsecond or two
 per call, tens of calls per node), not on labels. This one runs the same
 exact Pareto-label search (`labels`' note: a label `(H, V)` at a kept
 layer, a front per layer, an edge takes the prefix of a front with `H <=
-room - c(k, t)`) on Python lists, with every edge's cost read from the
-model's table, and it prunes with a cheaper bound:
+room - c(k, t)`) on Python lists, with every edge's cost read from
+`pychain`'s rows (no numpy model is built), and it prunes with a cheaper
+bound (beyond `PLAIN_LAYERS`; below, none):
 
 * **Bound.** The same Lagrangian relaxation as `bounds` at one price `lam`
   (completions keep only the last segment's constraint, dualised; every
@@ -27,11 +28,10 @@ A label is dropped only when its bound is below a value some plan reaches
 (or a target whose failure the caller handles): the answer is exact for
 every profile, as `labels`' is.
 
-Two more questions need no labels at all: whether any plan fits (`fits`:
-a layer keeps only its smallest `H`, one pass over the edges) and, by
-bisection on it, the space's minimum budget (`min_peak_short`). The tests
-check every piece against enumeration and both searches against each
-other (`optimum.solve_short` puts them together).
+Two more questions need no labels at all: whether any plan fits and the
+space's minimum budget (`reach`, one pass over the edges). The tests check
+every piece against enumeration and both searches against each other
+(`optimum.solve_short` puts them together).
 """
 
 from __future__ import annotations
@@ -39,43 +39,61 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
+from operator import itemgetter
 
 from solvers.remat.chain import NEG, ChainModel
 from solvers.remat.labels import WORK_PER_CANDIDATE, WORK_PER_LABEL, Found, SearchStats
+from solvers.remat.pychain import PyChain
+from solvers.remat.reach import reach
 
-# Chains up to this long take these searches (the model must hold the cost table).
-# Measured (CPU time, model included): on the synthetic chain they beat the
-# vectorised ones 3-10x at 16-64 layers and still 1.4x at 200; on transformer
-# chains of 160 layers at 50%, with fronts of 800-950 labels, the vectorised
-# search is 1.3-1.4x faster; resnet50-ops (175 layers) is even.
+# Chains up to this long take these searches. Measured (CPU time, model
+# included): on the synthetic chain they beat the vectorised ones 3-10x at
+# 16-64 layers and still 1.2-2x at 80-128; on transformer chains of 160 layers
+# at 50%, with fronts of 800-950 labels, the vectorised search is 1.8x faster
+# (gpt-12: 2.5 s against 4.5 s); resnet50-ops (175 layers): 1.5x at 50%, even at 30%.
 SHORT_LAYERS = 64
 # Up to this many layers the search runs without a bound: its fronts hold a
-# few labels, and pricing each one costs more than the labels it would cut.
-PLAIN_LAYERS = 24
+# few labels, and pricing each one costs more than the labels it would cut
+# (measured on the synthetic chain, search alone: without, 1.1 ms at 32 layers
+# and 50%, 0.43 ms at 30%; with, 1.8 and 1.0 ms; at 40 layers 2.0 against 2.8 ms,
+# at 48 3.5 against 2.8 ms).
+PLAIN_LAYERS = 40
 PRICE_EVALUATIONS = 5  # cutting-plane steps for the price (each one O(edges))
 PRICES_USED = 3  # the labels are tested with the prices of the lowest root bounds
+_held = itemgetter(0)  # a label's H
 INF = math.inf
 
 
 class ShortChain:
-    """The model's numbers as Python lists, for one memory `room` (budget less static)."""
+    """The chain's numbers as Python lists, for one memory `room` (budget less static).
 
-    def __init__(self, model: ChainModel, room: int) -> None:
-        if not model.tabled:
-            raise ValueError("the short-chain search reads every cost from the model's table")
+    `far[x]`: the costs of node index `x`'s far edges whose tops `t = x, x+1,
+    ... <= L-2` can fit (a row stops past the last top whose growing terms
+    are within the room; `pychain`); `last[x]`: the run to the top, INF
+    where it cannot fit.
+    """
+
+    def __init__(self, model: PyChain | ChainModel, room: int) -> None:
+        if not isinstance(model, PyChain):
+            model = PyChain(model.profile)
+        self.model = model
         n = self.n = model.n
         self.room = room
-        self.near = model.near_cost.tolist()
-        self.r_node = model.r_node.tolist()
-        self.base = model.base.tolist()
-        self.fwd = model.fwd.tolist()
-        self.last = model.last_cost.tolist()
-        self.top_op = int(model.pa[n - 1])  # F_{L-1}'s own term (NEG: it takes no time)
-        self.table = model.cost_table.tolist()
+        self.near = model.near
+        self.r_node = model.r_node
+        self.base = model.base
+        self.fwd = model.fwd
+        self.top_op = model.pa[n - 1]  # F_{L-1}'s own term (NEG: it takes no time)
+        far, last = [], []
+        for x in range(n):
+            row = model.row(x, room)
+            far.append(row[: n - 1 - x])
+            last.append(row[n - 1 - x] if len(row) >= n - x else INF)
+        far.append([])
+        last.append(NEG)
+        self.far, self.last = far, last
         # Far tops of node index x whose cost fits with nothing held below (relaxation).
-        self.tops = [
-            [t for t in range(x, n - 1) if row[t] <= room] for x, row in enumerate(self.table)
-        ]
+        self.tops = [[x + i for i, c in enumerate(row) if c <= room] for x, row in enumerate(far)]
 
 
 class PriceBound:
@@ -185,7 +203,7 @@ class PriceBound:
             if y == x + 1:
                 cost, add = c.near[x], c.r_node[x]
             else:
-                cost, add = c.table[x][y - 2], c.base[x]
+                cost, add = c.far[x][y - 2 - x], c.base[x]
             if held + cost > room:
                 return
             held += add
@@ -211,13 +229,13 @@ def search(
     node's front is built: every edge into kept layer `j` saves `fwd_j`.
     """
     n, room = chain.n, chain.room
-    fwd, base, r_node, near, last, table = (
+    fwd, base, r_node, near, last, far = (
         chain.fwd,
         chain.base,
         chain.r_node,
         chain.near,
         chain.last,
-        chain.table,
+        chain.far,
     )
     pruned = bound is not None and floor > -INF
     free = bound.free if bound else []
@@ -255,22 +273,30 @@ def search(
         if not arriving:
             continue
         candidates += len(arriving)
-        arriving.sort()  # H ascending, then V descending
+        # H ascending; sorting on the int alone is several times faster than on the
+        # tuples (a third of the search at 32 layers), and ties in H are met below
+        arriving.sort(key=_held)
         f = fwd[x - 1] if x else 0.0
         hs: list[int] = []
         vs: list[float] = []
-        refs: list[int] = []
+        first = len(parent)
         top = -INF
-        for h, nv, ref in arriving:
+        level = -1  # the H of the front's last label
+        for h, nv, ref in arriving:  # (the hot loop: a few operations a candidate)
             v = f - nv
             if v > top:
                 top = v
+                if h == level:  # the same H with more V: it replaces the one before
+                    vs[-1] = v
+                    parent[-1] = ref
+                    continue
+                level = h
                 hs.append(h)
                 vs.append(v)
-                refs.append(len(parent))
                 parent.append(ref)
-                node.append(x)
         size = len(hs)
+        refs = list(range(first, first + size))
+        node += [x] * size
         labels += size
         widest = max(widest, size)
         charge(len(arriving) * WORK_PER_CANDIDATE + size * WORK_PER_LABEL)
@@ -292,11 +318,17 @@ def search(
             move(x + 1, held, [h + held for h in hs[:count]], count)
         held = base[x]
         moved = [h + held for h in hs]
-        row = table[x]
-        for t in range(x, n - 1):  # a run x .. t, then keep t + 1
-            count = bisect_right(hs, room - row[t])
+        if not pruned:  # every edge takes a prefix of the same labels
+            items = list(zip(moved, nvs, refs, strict=True))
+            for y, cost in enumerate(far[x], x + 2):  # a run x .. y-2, then keep y-1
+                count = bisect_right(hs, room - cost)
+                if count:
+                    incoming[y] += items[:count]
+            continue
+        for y, cost in enumerate(far[x], x + 2):  # a run x .. y-2, then keep y-1
+            count = bisect_right(hs, room - cost)
             if count:
-                move(t + 2, held, moved, count)
+                move(y, held, moved, count)
     return _found(best, parent, node), SearchStats(labels, candidates, widest, False)
 
 
@@ -316,60 +348,7 @@ def _found(best, parent, node) -> Found | None:
 def fits(chain: ShortChain, room: int) -> tuple[int, ...] | None:
     """The kept layers of some plan whose peak is within `room` (above static), or None.
 
-    Feasibility needs no labels: a path reaching a layer holding less below
-    it can follow every path one holding more can (`H` enters every later
-    constraint as `H + c <= room` and grows by fixed amounts), so each layer
-    keeps only its smallest `H`: one pass over the edges, exact. The end of
-    the step (the parameter gradients, `pg_total <= room`) is the caller's.
+    Any `room` (the chain's rows are extended as far as it needs). The end
+    of the step (the parameter gradients, `pg_total <= room`) is the caller's.
     """
-    n = chain.n
-    near, r_node, base, last, table = chain.near, chain.r_node, chain.base, chain.last, chain.table
-    least = [INF] * (n + 1)
-    prev = [-1] * (n + 1)
-    least[0] = 0
-    end = -1
-    for x in range(n + 1):
-        h = least[x]
-        if h == INF:
-            continue
-        if x == n or h + last[x] <= room:  # the top kept, or a run to the top
-            end = x
-            break
-        if h + near[x] <= room and h + r_node[x] < least[x + 1]:  # keep the next layer
-            least[x + 1], prev[x + 1] = h + r_node[x], x
-        held = h + base[x]
-        row = table[x]
-        for t in range(x, n - 1):  # a run x .. t, then keep t + 1
-            if h + row[t] <= room and held < least[t + 2]:
-                least[t + 2], prev[t + 2] = held, x
-    if end < 0:
-        return None
-    kept = []
-    while end > 0:
-        kept.append(end - 1)
-        end = prev[end]
-    return tuple(sorted(kept))
-
-
-def min_peak_short(
-    model: ChainModel, lower: int, charge: Callable[[float], None] = lambda units: None
-) -> tuple[int, tuple[int, ...]]:
-    """The smallest peak above static bytes of any plan, and a plan reaching it.
-
-    `lower`: a peak no plan is below. Bisection on the room with `fits`
-    (whether some plan fits is monotone in it); each plan found moves the
-    upper end down to its own peak, which keep-all's peak starts.
-    """
-    chain = ShortChain(model, 0)
-    kept = tuple(range(model.n))
-    high = model.peak(list(kept)) - model.static  # keep-all: a plan every chain has
-    low = lower - 1  # nothing fits here
-    while high - low > 1:
-        mid = (low + high) // 2
-        charge(model.n * model.n * WORK_PER_CANDIDATE / 2)
-        found = fits(chain, mid)
-        if found is None:
-            low = mid
-        else:
-            kept, high = found, model.peak(list(found)) - model.static
-    return high, kept
+    return reach(chain.model, room)[0]
