@@ -22,9 +22,10 @@ where it imports), on CPU:
 
 Target: within 2% on every plan, never an under-prediction beyond 0.5% (a
 plan that "fits" would run out of memory). Gradients are kept and zeroed in
-place between steps (the profiler's default). A second table runs keep-all
-and random plans with gradients set to None between steps, where the model
-over-predicts; it names the tensors that cause the gap. On a CUDA machine
+place between steps (the profiler's default). A second table runs the
+same kinds of plans (fewer random ones) with gradients set to None between
+steps, where the model over-predicts; it names the tensors that cause the
+gap, and a last section shows what a signed backward scratch would close. On a CUDA machine
 `python -m experiments.gpu_study` writes the same comparison against the
 caching allocator.
 """
@@ -201,12 +202,11 @@ def run_model(ref, args, regime: str, rows: list[Row], skipped: list[str]) -> No
     rng = random.Random(args.seed)
     plans: list[tuple[str, str | None, Plan]] = [("keep-all", None, Plan.keep_all(prof))]
     plans += [("random", None, random_plan(rng, prof)) for _ in range(args.random)]
-    if not to_none:
-        for method, percent, plan, note in method_plans(prof, args.budgets, args.seed):
-            if plan is None:
-                skipped.append(f"{name}: {method} at {percent}: {note}")
-            else:
-                plans.append((method, percent, plan))
+    for method, percent, plan, note in method_plans(prof, args.budgets, args.seed):
+        if plan is None:
+            skipped.append(f"{name}: {method} at {percent}: {note}")
+        else:
+            plans.append((method, percent, plan))
     for kind, percent, plan in plans:
         schedule = planopt.simulate(prof, plan)
         m = measure(ref.chain, plan, batch, ref.loss_fn, profile=prof, iterations=0, warmup=0)
