@@ -6,8 +6,9 @@ later constraint as `H + c <= room` and grows by fixed amounts), so for
 feasibility each layer keeps only its smallest `H`: one pass over the
 edges (`reach`). The same pass, its room raised edge by edge, finds the
 smallest peak of any plan (`least_peak`). Both read `pychain`'s rows, and
-`short`'s searches call them first; the tests check them against
-enumeration.
+`short`'s searches call them first, as `remat_dp` does on longer chains
+(after `longest_runs`); the tests check them against enumeration, and on
+long chains against `minpeak`.
 """
 
 from __future__ import annotations
