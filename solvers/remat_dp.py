@@ -20,6 +20,7 @@ from solvers.remat.floor import budget_floor
 from solvers.remat.minpeak import min_peak
 from solvers.remat.optimum import solve_room
 from solvers.remat.pychain import PyChain
+from solvers.remat.reach import longest_runs, reach
 from solvers.remat.short import SHORT_LAYERS
 
 
@@ -29,10 +30,14 @@ def solve_certified(problem: Problem) -> tuple[SolverOutput, Certificate | None]
     floor = budget_floor(profile)
     if math.floor(problem.budget) < floor:  # far below the space's minimum: no model needed
         return _infeasible(problem, f"at least {floor} bytes (a lower bound from the layers)"), None
-    # short chains: plain Python lists, numpy's call overheads would be most of the time
-    model = PyChain(profile) if len(profile.layers) <= SHORT_LAYERS else ChainModel(profile)
     room = math.floor(problem.budget) - profile.static_bytes
     charge, expired = problem.meter.charge, problem.expired
+    if len(profile.layers) > SHORT_LAYERS:
+        need = _unreachable(PyChain(profile), room, charge, expired)
+        if need is not None:
+            return _infeasible(problem, need), None
+    # short chains: plain Python lists, numpy's call overheads would be most of the time
+    model = PyChain(profile) if len(profile.layers) <= SHORT_LAYERS else ChainModel(profile)
     everything = tuple(range(model.n))
     if model.peak(list(everything)) - profile.static_bytes <= room:
         cert = certify(model, everything, proven=True, upper_saved=math.fsum(model.fwd))
@@ -64,6 +69,27 @@ def solve_certified(problem: Problem) -> tuple[SolverOutput, Certificate | None]
         else "no search"
     )
     return _output(profile, cert, detail), cert
+
+
+def _unreachable(model: PyChain, room: int, charge, expired) -> str | None:
+    """What the space needs when no plan fits `room` (a long chain), else None.
+
+    NOTE (why before the numpy model). On a long chain below the space's
+    minimum the label search fails and `minpeak`'s numpy search follows
+    (gpt-12 at 30%: 0.58 s), where `reach`'s exact label-free pass (any
+    length) and `least_peak` from its bound answer in a few ms. The pass
+    costs most at roomy budgets, so a greedy walk (`longest_runs`) asks
+    first: when it finds a plan, nothing more runs. The minimum is exact,
+    as `minpeak`'s is, so the answer is the one the search would give.
+    """
+    if room < model.pg_total or longest_runs(model, room) is not None:
+        return None  # room < pg_total: `solve_room`'s first check answers at once
+    kept, bound = reach(model, room)
+    if kept is not None:
+        return None
+    above = room if bound == math.inf else int(bound) - 1  # no plan peaks at or below it
+    minimum = min_peak(model, charge=charge, expired=expired, above=above)
+    return f"at least {minimum.peak} bytes"
 
 
 def _infeasible(problem: Problem, need: str) -> SolverOutput:

@@ -12,7 +12,9 @@
   segment costs they read, as Python lists, each row only as long as a
   budget needs.
 * `reach`: whether any plan fits, and the space's minimum budget, by
-  passes that keep one `H` per layer (no labels), on `pychain`'s rows.
+  passes that keep one `H` per layer (no labels), on `pychain`'s rows;
+  exact at any length, so long chains below the minimum are answered
+  before the numpy model is built (a greedy walk asks first).
 * `floor`: a lower bound on the space's minimum budget from the layers
   alone, which answers "infeasible" before any model is built.
 * `certify`: what a solve proves, in a form the tests check independently.
