@@ -381,26 +381,38 @@ class ChainModel:
     # -- plans -----------------------------------------------------------------
 
     def segments(self, kept: list[int]) -> list[tuple[int, int]]:
-        """The plan's segments `(k, t)`, bottom to top, from its kept layers."""
-        nodes = [-1, *sorted(kept)]
-        tops = [*nodes[1:], self.n]
-        return [(k, nxt - 1) for k, nxt in zip(nodes, tops, strict=True)]
+        return plan_segments(self.n, kept)
 
     def cost(self, k: int, t: int) -> int:
         return int(self.near_cost[k + 1]) if t == k else int(self.far_costs(k, t, t)[0])
 
     def peak(self, kept: list[int]) -> int:
-        """The plan's peak from the decomposition (equals the simulator's)."""
-        held = 0
-        best = self.pg_total
-        for k, t in self.segments(kept):
-            c = self.cost(k, t)
-            if c > NEG:
-                best = max(best, held + c)
-            if k >= 0:
-                held += self.held(k, t)
-        return self.static + best
+        return plan_peak(self, kept)
 
     def actions(self, kept) -> list[Action]:
         kept = set(kept)
         return [KEEP if i in kept else RECOMPUTE for i in range(self.n)]
+
+
+# -- a plan on either model (`ChainModel`, `solvers.remat.pychain.PyChain`) ------------
+
+
+def plan_segments(n: int, kept) -> list[tuple[int, int]]:
+    """A plan's segments `(k, t)`, bottom to top, from its kept layers."""
+    nodes = [-1, *sorted(kept)]
+    tops = [*nodes[1:], n]
+    return [(k, nxt - 1) for k, nxt in zip(nodes, tops, strict=True)]
+
+
+def plan_peak(model, kept) -> int:
+    """A plan's peak from the decomposition (equals the simulator's): `model` is
+    either chain model, read through its `n`, `cost`, `held`, `pg_total`, `static`."""
+    held = 0
+    best = model.pg_total
+    for k, t in plan_segments(model.n, kept):
+        c = model.cost(k, t)
+        if c > NEG:
+            best = max(best, held + c)
+        if k >= 0:
+            held += model.held(k, t)
+    return model.static + best

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 from planopt.profile import Profile
-from solvers.remat.chain import NEG
+from solvers.remat.chain import NEG, plan_peak, plan_segments
 
 
 class PyChain:
@@ -150,19 +150,7 @@ class PyChain:
         return self.row(k + 1, math.inf)[t - k - 1]
 
     def segments(self, kept) -> list[tuple[int, int]]:
-        """The plan's segments `(k, t)`, bottom to top, from its kept layers."""
-        nodes = [-1, *sorted(kept)]
-        tops = [*nodes[1:], self.n]
-        return [(k, nxt - 1) for k, nxt in zip(nodes, tops, strict=True)]
+        return plan_segments(self.n, kept)
 
     def peak(self, kept) -> int:
-        """The plan's peak from the decomposition (equals the simulator's)."""
-        held = 0
-        best = self.pg_total
-        for k, t in self.segments(kept):
-            c = self.cost(k, t)
-            if c > NEG:
-                best = max(best, held + c)
-            if k >= 0:
-                held += self.held(k, t)
-        return self.static + best
+        return plan_peak(self, kept)
