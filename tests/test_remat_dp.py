@@ -16,6 +16,7 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from remat_chains import random_v2_chain
 
 import planopt
 from planopt import Status
@@ -174,27 +175,8 @@ def test_the_minimum_budget_is_the_smallest_enumerated_peak(profile):
 @pytest.mark.parametrize("seed", range(6))
 def test_longer_random_chains_agree_with_enumeration(seed):
     """Eight to ten layers with every flag drawn: beyond what the strategy explores."""
+    profile = random_v2_chain(seed, 8, 10)
     rng = random.Random(seed)
-    n = rng.randint(8, 10)
-    layers = []
-    for i in range(n):
-        out = rng.randint(1, 60)
-        layers.append(
-            Layer(
-                f"l{i}",
-                rng.choice([0.0, 0.5, 1.0, 1.5, 3.0]),
-                rng.choice([0.0, 1.0, 2.0]),
-                out_bytes=out,
-                saved_bytes=rng.choice([0, 0, rng.randint(1, 40)]),
-                saves_input=rng.random() < 0.5,
-                saves_output=rng.random() < 0.5,
-                input_grad_bytes=layers[-1].out_bytes if i else 0,
-                param_grad_bytes=rng.choice([0, 0, rng.randint(1, 20)]),
-                fwd_work_bytes=rng.choice([0, 0, rng.randint(1, 50)]),
-                bwd_work_bytes=rng.choice([0, 0, rng.randint(1, 50)]),
-            )
-        )
-    profile = Profile(f"random{seed}", DEVICE, rng.randint(0, 100), tuple(layers))
     scores = _recompute_only(profile)
     peaks = sorted({p for _, p, _ in scores})
     for budget in [peaks[0] - 1, *rng.sample(peaks, min(8, len(peaks))), peaks[-1]]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from hypothesis import given
+from remat_chains import random_v2_chain
 from test_remat_dp import SMALL, _recompute_only, v2_chains
-from test_remat_short import _random_chain
 
 import planopt
 from planopt import Status
@@ -43,7 +43,7 @@ def test_the_floor_is_never_above_the_enumerated_minimum(profile):
 
 def test_the_floor_is_never_above_the_exact_minimum_on_longer_chains():
     for seed in range(30):
-        chain = _timed(_random_chain(300 + seed, 1, 60))
+        chain = _timed(random_v2_chain(300 + seed, 1, 60))
         assert budget_floor(chain) <= space_min_budget(chain, "recompute-only").value
 
 

@@ -14,8 +14,8 @@ import random
 
 from hypothesis import given
 from hypothesis import strategies as st
+from remat_chains import random_v2_chain
 from test_remat_dp import SMALL, _budgets, _recompute_only, v2_chains
-from test_remat_short import _random_chain
 
 from solvers.remat.chain import ChainModel
 from solvers.remat.minpeak import min_peak
@@ -53,7 +53,7 @@ def test_the_plain_model_has_the_numpy_models_numbers(profile, limits):
 def test_the_plain_model_agrees_on_longer_random_chains():
     rng = random.Random(7)
     for seed in range(40):
-        _same_numbers(_random_chain(seed, 1, 40), [rng.randint(0, 300) for _ in range(3)])
+        _same_numbers(random_v2_chain(seed, 1, 40), [rng.randint(0, 300) for _ in range(3)])
 
 
 @SMALL
@@ -89,6 +89,6 @@ def test_the_short_minimum_is_the_enumerated_one(profile):
 
 def test_the_short_minimum_on_longer_random_chains():
     for seed in range(8):
-        profile = _random_chain(200 + seed, 10, 40)
+        profile = random_v2_chain(200 + seed, 10, 40)
         numpy_side = min_peak(ChainModel(profile, table=False))  # the vectorised search
         assert min_peak(PyChain(profile)).peak == numpy_side.peak

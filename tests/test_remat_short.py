@@ -13,43 +13,18 @@ import random
 
 import pytest
 from hypothesis import given
+from remat_chains import random_v2_chain
 from test_remat_dp import SMALL, _budgets, _recompute_only, v2_chains
 
 import planopt
 from planopt import Status
 from planopt.budget import keep_all_peak
 from planopt.problem import Problem
-from planopt.profile import Device, Layer, Profile
 from solvers.remat import minpeak, optimum
 from solvers.remat.certify import certify
 from solvers.remat.chain import ChainModel
 from solvers.remat.short import SHORT_LAYERS, PriceBound, ShortChain, fits
 from solvers.remat_dp import solve_certified
-
-DEVICE = Device("dev", 1024.0, 1024.0, 0.0)
-
-
-def _random_chain(seed: int, low: int, high: int) -> Profile:
-    """A v2 chain with every flag drawn, zero times included."""
-    rng = random.Random(seed)
-    layers = []
-    for i in range(rng.randint(low, high)):
-        layers.append(
-            Layer(
-                f"l{i}",
-                rng.choice([0.0, 0.5, 1.0, 1.5, 3.0]),
-                rng.choice([0.0, 1.0, 2.0]),
-                out_bytes=rng.randint(1, 60),
-                saved_bytes=rng.choice([0, 0, rng.randint(1, 40)]),
-                saves_input=rng.random() < 0.5,
-                saves_output=rng.random() < 0.5,
-                input_grad_bytes=layers[-1].out_bytes if i else 0,
-                param_grad_bytes=rng.choice([0, 0, rng.randint(1, 20)]),
-                fwd_work_bytes=rng.choice([0, 0, rng.randint(1, 50)]),
-                bwd_work_bytes=rng.choice([0, 0, rng.randint(1, 50)]),
-            )
-        )
-    return Profile(f"random{seed}", DEVICE, rng.randint(0, 100), tuple(layers))
 
 
 def _force(monkeypatch, short: bool) -> None:
@@ -104,7 +79,7 @@ def test_the_price_bound_is_above_every_completion(profile):
 @pytest.mark.parametrize("seed", range(4))
 def test_both_searches_are_the_enumerated_optimum(monkeypatch, seed, short):
     _force(monkeypatch, short)
-    profile = _random_chain(seed, 8, 10)
+    profile = random_v2_chain(seed, 8, 10)
     scores = _recompute_only(profile)
     peaks = sorted({p for _, p, _ in scores})
     rng = random.Random(seed)
@@ -123,7 +98,7 @@ def test_both_searches_are_the_enumerated_optimum(monkeypatch, seed, short):
 @pytest.mark.parametrize("seed", range(4))
 def test_the_short_and_the_vectorised_searches_agree(monkeypatch, seed):
     """On chains of 20-60 layers, at budgets from tight to loose, and the minimum budget."""
-    profile = _random_chain(100 + seed, 20, 60)
+    profile = random_v2_chain(100 + seed, 20, 60)
     assert len(profile.layers) <= SHORT_LAYERS
     keep_all = keep_all_peak(profile) - profile.static_bytes
     answers = {}

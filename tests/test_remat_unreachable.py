@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from test_remat_short import _random_chain
+from remat_chains import random_v2_chain
 
 from planopt.budget import space_min_budget
 from planopt.bundled import bundled_profile
@@ -35,7 +35,7 @@ LONG_NETS = (
 
 @pytest.mark.parametrize("seed", range(40))
 def test_the_greedy_walk_finds_only_plans_that_fit(seed):
-    profile = _random_chain(seed, 1, 11)
+    profile = random_v2_chain(seed, 1, 11)
     model = PyChain(profile)
     n = model.n
     peaks = sorted(
@@ -58,7 +58,7 @@ def test_the_greedy_walk_finds_only_plans_that_fit(seed):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_the_greedy_walk_is_sound_on_long_chains(seed):
-    profile = _random_chain(100 + seed, SHORT_LAYERS + 1, 140)
+    profile = random_v2_chain(100 + seed, SHORT_LAYERS + 1, 140)
     model = ChainModel(profile)
     low = space_min_budget(profile, "recompute-only").value - profile.static_bytes
     high = model.peak(list(range(model.n))) - profile.static_bytes
@@ -104,7 +104,7 @@ def test_bundled_long_nets_answer_as_the_numpy_path_did(name, monkeypatch):
 
 @pytest.mark.parametrize("seed", range(8))
 def test_random_long_chains_answer_as_the_numpy_path_did(seed, monkeypatch):
-    _check_around_the_minimum(_random_chain(200 + seed, SHORT_LAYERS + 1, 120), monkeypatch)
+    _check_around_the_minimum(random_v2_chain(200 + seed, SHORT_LAYERS + 1, 120), monkeypatch)
 
 
 @pytest.mark.parametrize("fraction", [0.2, 0.3, 0.5])
