@@ -20,7 +20,7 @@ from solvers.remat.floor import budget_floor
 from solvers.remat.minpeak import min_peak
 from solvers.remat.optimum import solve_room
 from solvers.remat.pychain import PyChain
-from solvers.remat.reach import longest_runs, reach
+from solvers.remat.reach import REACH_MAX_LAYERS, longest_runs, reach
 from solvers.remat.short import SHORT_LAYERS
 
 
@@ -69,13 +69,6 @@ def solve_certified(problem: Problem) -> tuple[SolverOutput, Certificate | None]
         else "no search"
     )
     return _output(profile, cert, detail), cert
-
-
-# NOTE (size): the plain-Python pass below charges no work and never looks at
-# the clock, and its cost grows faster than the chain (synthetic chain,
-# 1,000 layers: 43-114 ms); past this length the numpy path, which does
-# both, answers alone, so a time or work limit at 10^4-10^5 layers holds.
-REACH_MAX_LAYERS = 1_000
 
 
 def _unreachable(model: PyChain, room: int, charge, expired) -> str | None:

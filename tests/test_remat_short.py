@@ -23,6 +23,7 @@ from planopt.problem import Problem
 from solvers.remat import minpeak, optimum
 from solvers.remat.certify import certify
 from solvers.remat.chain import ChainModel
+from solvers.remat.labels import LabelSearch
 from solvers.remat.short import SHORT_LAYERS, PriceBound, ShortChain, fits
 from solvers.remat_dp import solve_certified
 
@@ -119,3 +120,29 @@ def test_the_short_and_the_vectorised_searches_agree(monkeypatch, seed):
             rows.append(round(result.found.saved, 9))
         answers[short] = rows
     assert answers[True] == answers[False]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_lowered_targets_reach_the_untargeted_optimum(monkeypatch, seed):
+    """The vectorised path's schedule of targets (the first one missed, the next three
+    times further down, the feasibility pass between) changes its speed, never its
+    answer: at every room, from one byte below the space's minimum up, it is the
+    optimum of the search without a target, and below the minimum it proves none fits."""
+    _force(monkeypatch, short=False)
+    profile = random_v2_chain(300 + seed, 40, 64)
+    model = ChainModel(profile)
+    low = minpeak.min_peak(model).peak - model.static
+    keep_all = keep_all_peak(profile) - profile.static_bytes
+    rooms = [low - 1, low, *(low + (keep_all - low) * k // 6 for k in range(1, 6))]
+    missed = 0
+    for room in rooms:
+        result = optimum.solve_room(model, room)
+        assert result.proven, room
+        untargeted, _ = LabelSearch(model, room).run(-math.inf, tol=0.0)
+        if untargeted is None:
+            assert result.found is None and room < low
+            continue
+        assert result.found is not None
+        assert result.found.saved == pytest.approx(untargeted.saved, rel=1e-12, abs=1e-15)
+        missed += result.searches > 1
+    assert missed, "no room sent the search past its first target: the test is not testing"

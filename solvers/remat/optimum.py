@@ -8,10 +8,20 @@ its optimum; on the synthetic chains the root bound was 1.0 ms above the
 optimum at 1,000 layers). A search that reaches its target has proven its
 plan optimal; one that finds a plan below its target is run once more with
 that plan's value as target (then it is exact). One that finds nothing
-first asks whether any plan fits (`minpeak`, exact), then doubles the
-distance below the bound (a failed search costs less the nearer its target
-is to the bound; GPT-24 at 30%: 1.5 s at one largest forward below, 2.4 s
-at two, where the optimum was), down to no target at all.
+first asks whether any plan fits (exact: up to `REACH_MAX_LAYERS` layers
+`reach`'s label-free pass, milliseconds; beyond, `minpeak`), then puts
+the target three times further below the bound each time, down to no
+target at all.
+
+NOTE (why three). Where the bound is loose the target prunes little, so a
+failed search costs about what the successful one does. On the bundled
+transformer chains the optimum lay 1.6-2.5 largest forwards below the
+bound, on the synthetic chains within one: doubling the distance took
+three searches on four of the five transformer cases that need a second
+(gpt-24 at 30%: 3.4, 3.4 and 3.0 s, and 0.8 s for `minpeak` between), three
+forwards below reaches every one in the second (gpt-24 at 30%: 2.6 and
+2.8 s; at 50%, where two forwards sufficed, 2.1 and 4.6 s against 2.4
+and 4.2), and four prunes too little (at 50%: 6.6 s for the second).
 """
 
 from __future__ import annotations
@@ -27,7 +37,7 @@ from solvers.remat.chain import ChainModel
 from solvers.remat.labels import WORK_PER_CANDIDATE, Found, LabelSearch, SearchStats
 from solvers.remat.minpeak import MinPeak, min_peak
 from solvers.remat.pychain import PyChain
-from solvers.remat.reach import least_peak
+from solvers.remat.reach import REACH_MAX_LAYERS, least_peak, plan_fits
 from solvers.remat.short import (
     PLAIN_LAYERS,
     SHORT_LAYERS,
@@ -36,7 +46,8 @@ from solvers.remat.short import (
     search,
 )
 
-ROUNDS = 6  # lowered targets tried before the last search, which has none
+ROUNDS = 4  # lowered targets tried before the last search, which has none
+TARGET_STEPS = 3  # each failed search puts the next target this many times further down
 
 
 @dataclass(frozen=True)
@@ -101,13 +112,17 @@ def solve_room(
             again, stats = run(found.saved)
             best = again if again is not None and again.saved > found.saved else found
             return Optimum(best, not stats.stopped, best.saved, searches, stats, minimum)
-        if minimum is None:
-            minimum = min_peak(model, charge=charge, expired=expired)
-            if not minimum.proven:
-                return Optimum(None, False, upper, searches, stats, minimum)
-            if minimum.peak > model.static + room:
-                return Optimum(None, True, -np.inf, searches, stats, minimum)
-        step *= 2
+        if round_ == 0:  # the target, or the room? (the minimum, beyond the label-free pass)
+            if model.n <= REACH_MAX_LAYERS:
+                if not plan_fits(PyChain(model.profile), room):
+                    return Optimum(None, True, -np.inf, searches, stats)
+            else:
+                minimum = min_peak(model, charge=charge, expired=expired)
+                if not minimum.proven:
+                    return Optimum(None, False, upper, searches, stats, minimum)
+                if minimum.peak > model.static + room:
+                    return Optimum(None, True, -np.inf, searches, stats, minimum)
+        step *= TARGET_STEPS
     raise AssertionError("the search without a target finds a plan whenever one fits")
 
 

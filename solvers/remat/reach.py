@@ -22,6 +22,12 @@ from solvers.remat.labels import WORK_PER_CANDIDATE
 from solvers.remat.pychain import PyChain
 
 INF = math.inf
+# NOTE (size). These passes charge no work and never look at the clock,
+# and their cost grows faster than the chain (synthetic chain, 1,000
+# layers: 43-114 ms); their callers use them up to this length, where the
+# numpy searches, which do both, take over, so a time or work limit at
+# 10^4-10^5 layers holds.
+REACH_MAX_LAYERS = 1_000
 
 
 def reach(model: PyChain, room: int) -> tuple[tuple[int, ...] | None, float]:
@@ -86,6 +92,11 @@ def reach(model: PyChain, room: int) -> tuple[tuple[int, ...] | None, float]:
         kept.append(end - 1)
         end = prev[end]
     return tuple(sorted(kept)), room
+
+
+def plan_fits(model: PyChain, room: int) -> bool:
+    """Whether some plan's peak is within `room` (above static): exact, no labels."""
+    return longest_runs(model, room) is not None or reach(model, room)[0] is not None
 
 
 def longest_runs(model: PyChain, room: int) -> tuple[int, ...] | None:
