@@ -138,6 +138,11 @@ class CompletionBound:
         self._g = np.ascontiguousarray(self.g)
         # the price `reaches` tries first: the root's best (its multiple 1.0)
         self._center = 1 + int(np.argmin(np.abs(LABEL_PRICES - 1.0))) if best > 0 else 0
+        self.grid = None  # `grid.GridBound`, once `optimum` adds it: `reaches` tests both
+
+    def add_grid(self, grid) -> None:
+        """Test labels against `grid` too (a `grid.GridBound` of the same model and room)."""
+        self.grid = grid
 
     def _refine(self, prices: np.ndarray) -> float:
         """The price minimising the root bound, estimated from one sweep over `prices`.
@@ -236,6 +241,10 @@ class CompletionBound:
             xs = x if np.ndim(x) == 0 else x[alive]
             priced = (slack[alive, None] * self._prices[None, :] + self._g[xs]).min(axis=1)
             ok[alive] = value[alive] + np.maximum(priced, self.free[xs]) >= floor
+        if self.grid is not None and ok.any():
+            alive = np.flatnonzero(ok)
+            xs = x if np.ndim(x) == 0 else x[alive]
+            ok[alive] = value[alive] + self.grid.at(xs, held[alive]) >= floor
         return ok
 
     def window(self, k: int, t0: int, held: np.ndarray, value: np.ndarray) -> float:
@@ -252,4 +261,5 @@ class CompletionBound:
 
     def root(self) -> float:
         """The bound at the batch: no plan saves more forward time than this."""
-        return float(self.bound(0, np.zeros(1, dtype=np.int64))[0])
+        root = float(self.bound(0, np.zeros(1, dtype=np.int64))[0])
+        return root if self.grid is None else min(root, self.grid.root())

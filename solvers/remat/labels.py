@@ -57,6 +57,7 @@ class SearchStats:
     candidates: int  # labels generated along edges (before Pareto)
     widest: int  # the largest front
     stopped: bool  # the work or time limit ended it
+    capped: bool = False  # it spent the `work_cap` it was given before the top
 
 
 def _pareto(h, v, pk, pi):
@@ -83,13 +84,24 @@ class LabelSearch:
         tol: float,
         charge: Callable[[float], None] = lambda units: None,
         expired: Callable[[], bool] = lambda: False,
+        work_cap: float = np.inf,
     ) -> tuple[Found | None, SearchStats]:
         """The best plan among labels whose bound reaches `target - tol`.
 
         If it saves at least `target - tol`, it is optimal; if it saves less
         (or there is none), every plan saving `target - tol` or more was
-        ruled out, and the best found is still a valid plan.
+        ruled out, and the best found is still a valid plan. A search that
+        has charged `work_cap` units before the top returns None, `capped`
+        (the caller's choice to try a better bound first: deterministic).
         """
+        spent = 0.0
+        outer = charge
+
+        def charge(units: float) -> None:
+            nonlocal spent
+            spent += units
+            outer(units)
+
         model, bound, room = self.model, self.bound, self.room
         n = model.n
         fwd = model.fwd
@@ -119,6 +131,8 @@ class LabelSearch:
                 return self._best(finals, back), SearchStats(
                     labels, candidates, widest, stopped=True
                 )
+            if spent > work_cap:
+                return None, SearchStats(labels, candidates, widest, stopped=False, capped=True)
             index = np.arange(size)
             # keep the next layer (an empty run)
             theta = room - int(model.near_cost[x])
