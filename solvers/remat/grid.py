@@ -43,7 +43,11 @@ STEPS_PER_LAYER = 2
 MAX_CELLS = 500_000_000  # (far edge, grid point) pairs one bound may cost
 MAX_TABLE = 32_000_000  # entries of `F` (8 bytes each)
 TOPS_PER_BLOCK = 256  # far edges costed at once (bounds the temporary arrays)
-WORK_PER_CELL = 2e-9  # work units (about a second of one core) per cell: 1.6 ns measured
+# Work units per cell. Measured 0.9 ns a cell on a quiet machine; the label
+# search's units (`labels`), fitted on a loaded one, count about twice its
+# quiet seconds, and `optimum` weighs the first search's work against the
+# grid's cost in one unit, so the grid's is counted the same way.
+WORK_PER_CELL = 2e-9
 
 
 def far_edges(model: ChainModel, tmax: np.ndarray) -> int:
@@ -80,6 +84,7 @@ class GridBound:
         free = room - grid  # what an edge's cost may be at each grid point
         fwd = model.fwd
         f = np.full((n + 1, steps + 1), -np.inf)
+        self._buffer = np.empty((TOPS_PER_BLOCK, steps + 1))
         top = int(model.pa[n - 1])  # F_{L-1} holds everything below it and its products
         f[n] = np.where(top <= free, 0.0, -np.inf)
         for x in range(n - 1, -1, -1):
@@ -114,19 +119,18 @@ class GridBound:
         """`row = max(row, saved_t + F[t+2] at the shifted point)` over tops `t0 .. t1`,
         each only at the grid points where its edge's cost fits."""
         steps = self.steps
-        points = (room - costs) // self.unit  # the last grid point each edge fits at
-        live = np.flatnonzero(points >= 0)
-        if len(live) == 0:
+        points = (room - costs) // self.unit  # the last grid point each edge fits at (< 0: none)
+        if points.max() < 0:
             return
-        below = f[t0 + 2 : t1 + 3][live]  # F at each top's node, then shifted by `held`
-        reach = np.empty((len(live), steps + 1))
-        saved = saved[live, None]
+        below = f[t0 + 2 : t1 + 3]  # F at each top's node, read at the shifted point
+        reach = self._buffer[: t1 - t0 + 1]  # one buffer: fresh arrays cost page faults
+        saved = saved[:, None]
         if shift <= steps:
             np.add(below[:, shift:], saved, out=reach[:, : steps + 1 - shift])
-        reach[:, max(steps + 1 - shift, 0) :] = below[:, steps : steps + 1] + saved
-        for i, point in enumerate(points[live].tolist()):
+        np.add(below[:, steps : steps + 1], saved, out=reach[:, max(steps + 1 - shift, 0) :])
+        for i, point in enumerate(points.tolist()):
             if point < steps:
-                reach[i, point + 1 :] = -np.inf
+                reach[i, max(point + 1, 0) :] = -np.inf
         np.maximum(row, reach.max(axis=0), out=row)
 
     def _shifted(self, held: int) -> np.ndarray:
