@@ -32,7 +32,7 @@ its target or runs past that, the grid is built, labels are tested against
 both bounds, and the targets start again a quarter forward below the
 tighter root (a miss with a tight bound is cheap). On the synthetic chains
 the first search finishes well inside its share (or the grid would be too
-coarse to build) and nothing changes; gpt-48 at 30%: 25 s -> 8.5 s.
+coarse to build) and nothing changes; gpt-48 at 30%: 25 s -> 7-8 s.
 """
 
 from __future__ import annotations
