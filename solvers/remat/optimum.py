@@ -154,9 +154,10 @@ def solve_room(
                 return Optimum(None, True, upper, searches, stats, minimum)
             step, round_ = largest * GRID_FIRST_STEP, 0
             continue
+        if target == -np.inf:
+            raise AssertionError("the search without a target finds a plan whenever one fits")
         step *= TARGET_STEPS
         round_ += 1
-    raise AssertionError("the search without a target finds a plan whenever one fits")
 
 
 def solve_short(
