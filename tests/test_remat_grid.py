@@ -15,19 +15,14 @@ import math
 import numpy as np
 import pytest
 from hypothesis import given
-from remat_chains import random_v2_chain
+from remat_chains import check_against_enumeration, check_against_untargeted, random_v2_chain
 from test_remat_dp import SMALL, _budgets, _recompute_only, v2_chains
 
-import planopt
-from planopt import Status
 from planopt.budget import keep_all_peak
-from planopt.problem import Problem
 from solvers.remat import grid, minpeak, optimum
 from solvers.remat.certify import certify
 from solvers.remat.chain import ChainModel
 from solvers.remat.grid import GridBound, grid_steps
-from solvers.remat.labels import LabelSearch
-from solvers.remat_dp import solve_certified
 
 
 def _grid_first(monkeypatch, steps: int) -> None:
@@ -72,36 +67,14 @@ def test_searches_pruned_by_the_grid_are_the_enumerated_optimum(monkeypatch, see
     profile = random_v2_chain(seed, 8, 10)
     scores = _recompute_only(profile)
     peaks = sorted({p for _, p, _ in scores})
-    for budget in [peaks[0] - 1, peaks[0], *peaks[1::4], peaks[-1]]:
-        fitting = [m for m, p, _ in scores if p <= budget]
-        out, _ = solve_certified(Problem(profile, budget, 0))
-        if not fitting:
-            assert out.status is Status.INFEASIBLE
-        else:
-            assert out.status is Status.OPTIMAL
-            makespan = planopt.simulate(profile, out.plan, budget).makespan
-            assert makespan == pytest.approx(min(fitting), rel=1e-9)
+    check_against_enumeration(profile, scores, [peaks[0] - 1, peaks[0], *peaks[1::4], peaks[-1]])
 
 
 @pytest.mark.parametrize("seed", range(3))
 def test_searches_pruned_by_the_grid_reach_the_untargeted_optimum(monkeypatch, seed):
     """Chains of 40-64 layers, rooms from one byte below the space's minimum up."""
     _grid_first(monkeypatch, 512)
-    profile = random_v2_chain(400 + seed, 40, 64)
-    model = ChainModel(profile)
-    low = minpeak.min_peak(model).peak - model.static
-    keep_all = keep_all_peak(profile) - profile.static_bytes
-    gridded = 0
-    for room in [low - 1, low, *(low + (keep_all - low) * k // 6 for k in range(1, 6))]:
-        result = optimum.solve_room(model, room)
-        assert result.proven, room
-        untargeted, _ = LabelSearch(model, room).run(-math.inf, tol=0.0)
-        if untargeted is None:
-            assert result.found is None and room < low
-            continue
-        assert result.found is not None
-        assert result.found.saved == pytest.approx(untargeted.saved, rel=1e-12, abs=1e-15)
-        gridded += result.searches >= 2
+    gridded = check_against_untargeted(random_v2_chain(400 + seed, 40, 64))
     assert gridded, "no search went through the grid: the test is not testing"
 
 

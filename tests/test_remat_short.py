@@ -13,19 +13,14 @@ import random
 
 import pytest
 from hypothesis import given
-from remat_chains import random_v2_chain
+from remat_chains import check_against_enumeration, check_against_untargeted, random_v2_chain
 from test_remat_dp import SMALL, _budgets, _recompute_only, v2_chains
 
-import planopt
-from planopt import Status
 from planopt.budget import keep_all_peak
-from planopt.problem import Problem
 from solvers.remat import minpeak, optimum
 from solvers.remat.certify import certify
 from solvers.remat.chain import ChainModel
-from solvers.remat.labels import LabelSearch
 from solvers.remat.short import SHORT_LAYERS, PriceBound, ShortChain, fits
-from solvers.remat_dp import solve_certified
 
 
 def _force(monkeypatch, short: bool) -> None:
@@ -84,16 +79,8 @@ def test_both_searches_are_the_enumerated_optimum(monkeypatch, seed, short):
     scores = _recompute_only(profile)
     peaks = sorted({p for _, p, _ in scores})
     rng = random.Random(seed)
-    for budget in [peaks[0] - 1, peaks[0], *rng.sample(peaks, min(6, len(peaks))), peaks[-1]]:
-        fitting = [m for m, p, _ in scores if p <= budget]
-        out, _ = solve_certified(Problem(profile, budget, 0))
-        if not fitting:
-            assert out.status is Status.INFEASIBLE
-            assert str(peaks[0]) in out.message  # the space's minimum, exact
-        else:
-            assert out.status is Status.OPTIMAL
-            makespan = planopt.simulate(profile, out.plan, budget).makespan
-            assert makespan == pytest.approx(min(fitting), rel=1e-9)
+    budgets = [peaks[0] - 1, peaks[0], *rng.sample(peaks, min(6, len(peaks))), peaks[-1]]
+    check_against_enumeration(profile, scores, budgets)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -129,20 +116,5 @@ def test_the_lowered_targets_reach_the_untargeted_optimum(monkeypatch, seed):
     answer: at every room, from one byte below the space's minimum up, it is the
     optimum of the search without a target, and below the minimum it proves none fits."""
     _force(monkeypatch, short=False)
-    profile = random_v2_chain(300 + seed, 40, 64)
-    model = ChainModel(profile)
-    low = minpeak.min_peak(model).peak - model.static
-    keep_all = keep_all_peak(profile) - profile.static_bytes
-    rooms = [low - 1, low, *(low + (keep_all - low) * k // 6 for k in range(1, 6))]
-    missed = 0
-    for room in rooms:
-        result = optimum.solve_room(model, room)
-        assert result.proven, room
-        untargeted, _ = LabelSearch(model, room).run(-math.inf, tol=0.0)
-        if untargeted is None:
-            assert result.found is None and room < low
-            continue
-        assert result.found is not None
-        assert result.found.saved == pytest.approx(untargeted.saved, rel=1e-12, abs=1e-15)
-        missed += result.searches > 1
+    missed = check_against_untargeted(random_v2_chain(300 + seed, 40, 64))
     assert missed, "no room sent the search past its first target: the test is not testing"
