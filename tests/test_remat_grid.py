@@ -18,7 +18,11 @@ from hypothesis import given
 from remat_chains import check_against_enumeration, check_against_untargeted, random_v2_chain
 from test_remat_dp import SMALL, _budgets, _recompute_only, v2_chains
 
+import planopt
+from planopt import Status
 from planopt.budget import keep_all_peak
+from planopt.bundled import bundled_profile
+from planopt.testing.load import busy_cores
 from solvers.remat import grid, minpeak, optimum
 from solvers.remat.certify import certify
 from solvers.remat.chain import ChainModel
@@ -94,3 +98,17 @@ def test_the_grid_shrinks_with_the_chain_and_is_not_built_too_coarse(monkeypatch
     assert grid_steps(model, tmax) == 279
     monkeypatch.setattr(grid, "MAX_CELLS", edges * (grid.MIN_STEPS - 1))
     assert grid_steps(model, tmax) == 0
+
+
+def test_a_work_limited_solve_through_the_grid_is_the_same_under_load():
+    """The first search's cap is counted in work units, not seconds: on gpt-12 at 50%
+    (its first search is capped, then the grid prunes the second) the answer and the work
+    counted are the same on a quiet machine and with both cores busy."""
+    profile = bundled_profile("gpt-12blk-b8-s1024-h100-pcie5-roofline")
+    quiet = planopt.solve(profile, "50%", "remat-dp", work_limit=4.0)
+    with busy_cores():
+        loaded = planopt.solve(profile, "50%", "remat-dp", work_limit=4.0)
+    assert quiet.status is Status.OPTIMAL
+    assert "2 search(es)" in quiet.message  # the capped first one, then the grid's
+    assert loaded.status == quiet.status and loaded.plan == quiet.plan
+    assert loaded.work_used == quiet.work_used
