@@ -224,7 +224,8 @@ class CompletionBound:
         """Bound per label at node index `x` (`k + 1`; an array: one per label)."""
         slack = (self.room - held).astype(np.float64)
         priced = (slack[:, None] * self._prices[None, :] + self._g[x]).min(axis=1)
-        return np.maximum(priced, self.free[x])
+        lagrangian = np.maximum(priced, self.free[x])
+        return lagrangian if self.grid is None else np.minimum(lagrangian, self.grid.at(x, held))
 
     def reaches(self, x, held: np.ndarray, value: np.ndarray, floor: float) -> np.ndarray:
         """Per label, whether `value + bound(x, held) >= floor` (the search's test).
@@ -261,5 +262,4 @@ class CompletionBound:
 
     def root(self) -> float:
         """The bound at the batch: no plan saves more forward time than this."""
-        root = float(self.bound(0, np.zeros(1, dtype=np.int64))[0])
-        return root if self.grid is None else min(root, self.grid.root())
+        return float(self.bound(0, np.zeros(1, dtype=np.int64))[0])
