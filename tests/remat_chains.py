@@ -14,6 +14,7 @@ from planopt.budget import keep_all_peak
 from planopt.problem import Problem
 from planopt.profile import Device, Layer, Profile
 from solvers.remat import minpeak, optimum
+from solvers.remat.certify import certify
 from solvers.remat.chain import ChainModel
 from solvers.remat.labels import LabelSearch
 from solvers.remat_dp import solve_certified
@@ -80,3 +81,18 @@ def check_against_untargeted(profile: Profile) -> int:
         assert result.found.saved == pytest.approx(untargeted.saved, rel=1e-12, abs=1e-15)
         more += result.searches > 1
     return more
+
+
+def completions(model: ChainModel, scores, budget: int):
+    """What a bound on the layers above a kept layer must cover, by enumeration: for
+    every keep/recompute plan within `budget`, its kept layers, the forward time they
+    save, and per segment (kept layer, bytes held below it) what the layers above save.
+    Yields `(kept, saved, segment, above)`; `scores` as in `check_against_enumeration`."""
+    for _, peak, actions in scores:
+        if peak > budget:
+            continue
+        kept = tuple(i for i, a in enumerate(actions) if str(a) == "keep")
+        saved = math.fsum(float(model.fwd[i]) for i in kept)
+        for segment in certify(model, kept, proven=False, upper_saved=0.0).segments:
+            above = math.fsum(float(model.fwd[i]) for i in kept if i > segment.kept)
+            yield kept, saved, segment, above

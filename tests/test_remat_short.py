@@ -8,17 +8,20 @@ feasibility pass, the price bound) against enumeration directly.
 
 from __future__ import annotations
 
-import math
 import random
 
 import pytest
 from hypothesis import given
-from remat_chains import check_against_enumeration, check_against_untargeted, random_v2_chain
+from remat_chains import (
+    check_against_enumeration,
+    check_against_untargeted,
+    completions,
+    random_v2_chain,
+)
 from test_remat_dp import SMALL, _budgets, _recompute_only, v2_chains
 
 from planopt.budget import keep_all_peak
 from solvers.remat import minpeak, optimum
-from solvers.remat.certify import certify
 from solvers.remat.chain import ChainModel
 from solvers.remat.short import SHORT_LAYERS, PriceBound, ShortChain, fits
 
@@ -57,18 +60,12 @@ def test_the_price_bound_is_above_every_completion(profile):
         room = budget - profile.static_bytes
         bound = PriceBound(ShortChain(model, room))
         prices = [*bound.prices, *((lam, bound.sweep(lam)[0]) for lam in (0.0, 1e-3, 0.1))]
-        for _, peak, actions in scores:
-            if peak > budget:
-                continue
-            kept = tuple(i for i, a in enumerate(actions) if str(a) == "keep")
-            saved = math.fsum(float(model.fwd[i]) for i in kept)
+        for kept, saved, segment, above in completions(model, scores, budget):
             assert saved <= bound.root + 1e-9
-            for segment in certify(model, kept, proven=False, upper_saved=0.0).segments:
-                x = segment.kept + 1
-                above = math.fsum(float(model.fwd[i]) for i in kept if i > segment.kept)
-                for price, g in prices:
-                    value = max(price * (room - segment.held) + g[x], bound.free[x])
-                    assert above <= value + 1e-9, (kept, segment, price)
+            x = segment.kept + 1
+            for price, g in prices:
+                value = max(price * (room - segment.held) + g[x], bound.free[x])
+                assert above <= value + 1e-9, (kept, segment, price)
 
 
 @pytest.mark.parametrize("short", [True, False])
