@@ -8,7 +8,9 @@
 * FSDP2 (`fully_shard` on each block, gloo, two processes on loopback): a
   profile of the sharded chain and the `Executor` give bitwise the loss and
   gradient shards of the unplanned FSDP2 step under keep, swap and
-  recompute plans; the peak is under-predicted (FSDP's all-gather and
+  recompute plans (a profile of the unsharded chain is refused: FSDP2 saves
+  the all-gathered weights, which the unsharded chain does not); the peak is
+  under-predicted (FSDP's all-gather and
   reduce-scatter buffers are outside the cost model), which the test pins.
 """
 
@@ -69,6 +71,15 @@ def test_compiled_blocks_run_under_any_plan_bitwise_and_peak_as_predicted():
         eager = Chain.from_modules(copy.deepcopy(blocks))
         batch = _batch()
         prof = profile(compiled, batch, F.cross_entropy, iterations=1, warmup=1, link=INSTANT)
+        plain_prof = profile(eager, batch, F.cross_entropy, iterations=1, warmup=0, link=INSTANT)
+
+        def products(p: planopt.Profile) -> list[tuple]:
+            return [
+                (lay.out_bytes, lay.saved_bytes, lay.saves_input, lay.saves_output)
+                for lay in p.layers
+            ]
+
+        assert products(prof) == products(plain_prof)
         for acts in (
             [KEEP] * 4,
             [RECOMPUTE] * 3 + [KEEP],
@@ -131,6 +142,8 @@ def test_fsdp2_blocks_run_under_plans_bitwise_with_the_peak_under_predicted(tmp_
                 p.terminate()
     for rank in range(2):
         assert isinstance(got[rank], dict), got[rank]
+        refused = got[rank].pop("unsharded profile")
+        assert "products must match the profile" in refused, refused
         for plan, (same_loss, same_grads, measured, predicted) in got[rank].items():
             assert same_loss and same_grads, (rank, plan)
             # FSDP's unsharded parameters in flight are outside the cost model
