@@ -1,7 +1,8 @@
 """`planopt profile-model NAME --batch N --gpu GPU --dtype bf16 -o out.json`: a real
-model's `/2` profile without a GPU.
+model's `/2` profile without a GPU; `planopt profile-model module:factory -o out.json`:
+your own model's, measured (`planopt.cli.profile_factory`).
 
-The model is built from its published configuration under torch's
+A named model is built from its published configuration under torch's
 `FakeTensorMode` (no weights, no data) and one training step is traced
 (`planopt.runtime.fake.trace_profile`): memory exactly as the runtime
 profiler counts it, times by roofline on the named GPU (estimates, and the
@@ -16,6 +17,7 @@ import time
 
 from planopt.cli.args import check_output_path, positive_int
 from planopt.cli.common import EXIT_OK, AddCommand
+from planopt.cli.profile_factory import FACTORY_ONLY, add_factory_arguments, run_factory
 from planopt.errors import PlanoptError
 from planopt.hardware import GPUS
 from planopt.report import human_bytes
@@ -45,20 +47,32 @@ def register(command: AddCommand) -> None:
         "without a GPU (memory traced exactly with fake tensors, times estimated by roofline)",
         run,
     )
-    p.add_argument("model", metavar="NAME", help=f"one of: {', '.join(MODEL_NAMES)}")
     p.add_argument(
-        "--batch", type=positive_int, help="samples per step (default: the model's usual one)"
+        "model",
+        metavar="NAME",
+        help=f"one of: {', '.join(MODEL_NAMES)}; or your own model as MODULE:FACTORY, "
+        "the factory run-check --model takes",
+    )
+    p.add_argument(
+        "--batch",
+        type=positive_int,
+        help="samples per step, named models only (default: the model's usual one)",
     )
     p.add_argument(
         "--seq", type=positive_int, help="tokens per sample, hf: models only (default: theirs)"
     )
-    p.add_argument("--gpu", default="h100-pcie", help=f"one of: {gpus} (default: h100-pcie)")
+    p.add_argument(
+        "--gpu",
+        help=f"one of: {gpus} (default: h100-pcie for a named model; a factory's model is "
+        "measured on --device unless --gpu is given, then traced for that GPU)",
+    )
     p.add_argument(
         "--dtype",
-        default="bf16",
         choices=DTYPES,
-        help="bf16/fp16: autocast mixed precision; fp32: none (default: bf16)",
+        help="bf16/fp16: autocast mixed precision; fp32: none "
+        "(default: bf16 for a named model, fp32 for a factory's)",
     )
+    add_factory_arguments(p)
     p.add_argument(
         "--grads-to-none",
         action="store_true",
@@ -69,13 +83,22 @@ def register(command: AddCommand) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.model not in MODEL_NAMES and ":" in args.model:
+        return run_factory(args, MODEL_NAMES)
     from planopt.hardware import gpu
 
-    record = gpu(args.gpu)
+    record = gpu(args.gpu or "h100-pcie")
     if args.model not in MODEL_NAMES:
         raise ProfileModelError(
-            f"model must be one of {', '.join(MODEL_NAMES)}, got {args.model!r}"
+            f"model must be one of {', '.join(MODEL_NAMES)} or a factory as module:attr, "
+            f"got {args.model!r}"
         )
+    for option, dest in FACTORY_ONLY:
+        if getattr(args, dest) is not None:
+            raise ProfileModelError(
+                f"{option} applies to a factory's model (module:factory) only, "
+                f"got {option} for {args.model}"
+            )
     if args.seq is not None and not args.model.startswith("hf:"):
         raise ProfileModelError(
             f"--seq applies to hf: models only, got --seq {args.seq} for {args.model}"
@@ -91,10 +114,11 @@ def run(args: argparse.Namespace) -> int:
 
     model = catalogue_model(args.model)
     batch = args.batch or model.batch
-    autocast = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}[args.dtype]
+    dtype = args.dtype or "bf16"
+    autocast = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}[dtype]
     seq = "" if model.seq is None else f"-s{args.seq or model.seq}"
     name = args.name or (
-        f"{args.model.split(':', 1)[1]}-b{batch}{seq}-{record.name}-{args.dtype}-traced"
+        f"{args.model.split(':', 1)[1]}-b{batch}{seq}-{record.name}-{dtype}-traced"
     )
     built = build_fake(args.model, batch, args.seq)
     profile = trace_profile(

@@ -6,27 +6,18 @@ and prints predicted against measured peak memory and time per phase.
 JSON object of keyword arguments) that returns either an object with
 `chain`, `loss_fn` and `batch()` (a `planopt.runtime.ReferenceModel`, as
 `planopt.runtime.models:reference_model` or `planopt.runtime.hf:hf_model`
-return) or a tuple `(chain, (inputs, targets), loss_fn)`. torch is
-imported only when the command runs.
+return) or a tuple `(chain, (inputs, targets), loss_fn)`
+(`planopt.cli.factory`, shared with `planopt profile-model module:factory`).
+torch is imported only when the command runs.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-from typing import Any
 
 from planopt.cli.args import load_profile_arg, positive_int
 from planopt.cli.common import EXIT_OK, AddCommand, dump
-from planopt.errors import PlanoptError
-
-
-class ModelFactoryError(PlanoptError, ValueError):
-    """`--model` does not name a factory that returns a chain, a batch and a loss."""
-
-
-class DeviceError(PlanoptError, ValueError):
-    """`--device` names no device torch knows or none this machine has."""
+from planopt.cli.factory import check_device, load_model
 
 
 def register(command: AddCommand) -> None:
@@ -57,80 +48,14 @@ def register(command: AddCommand) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def _model(target: str, args_text: str) -> tuple[Any, Any, Any]:
-    from planopt import registry
-
-    try:
-        kwargs = json.loads(args_text)
-    except json.JSONDecodeError as exc:
-        raise ModelFactoryError(
-            f"--model-args must be a JSON object, got {args_text!r}: {exc}"
-        ) from None
-    if not isinstance(kwargs, dict):
-        raise ModelFactoryError(f"--model-args must be a JSON object, got {args_text!r}")
-    try:
-        factory = registry.load_target(target)
-    except (ValueError, ImportError, AttributeError) as exc:
-        raise ModelFactoryError(
-            f"--model must name a factory as module:attr, got {target!r}: {exc}"
-        ) from None
-    if not callable(factory):
-        raise ModelFactoryError(
-            f"--model must name a callable factory, got {target!r} (a {type(factory).__name__})"
-        )
-    try:
-        made = factory(**kwargs)
-    except (TypeError, ValueError) as exc:
-        # The factory refused its arguments (a missing or unknown keyword, a bad value):
-        # the user's input, said in one line; any other exception is a bug and shows.
-        raise ModelFactoryError(
-            f"--model {target} with --model-args {args_text}: the factory refused its "
-            f"arguments: {exc}"
-        ) from None
-    if isinstance(made, tuple) and len(made) == 3:
-        return made
-    if all(hasattr(made, a) for a in ("chain", "loss_fn", "batch")):
-        return made.chain, made.batch(), made.loss_fn
-    raise ModelFactoryError(
-        f"--model {target}: the factory must return (chain, (inputs, targets), loss_fn) or "
-        f"an object with chain, loss_fn and batch(), got {type(made).__name__}"
-    )
-
-
-def _check_device(text: str | None) -> None:
-    """`--device` must name a device torch knows and this machine has (checked before the
-    model is built, so a typo costs nothing)."""
-    if text is None:
-        return
-    import torch
-
-    try:
-        device = torch.device(text)
-    except (RuntimeError, ValueError) as exc:
-        raise DeviceError(
-            f"--device must be a torch device (cpu, cuda:0), got {text!r}: {exc}"
-        ) from None
-    if device.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0 or (device.index or 0) >= count:
-            raise DeviceError(
-                f"--device must be a device this machine has ({count} CUDA device(s)), got {text!r}"
-            )
-    elif device.type != "cpu":
-        backend = getattr(torch, device.type, None)
-        available = getattr(backend, "is_available", None)
-        if available is None or not available():
-            raise DeviceError(f"--device must be a device this machine has, got {text!r}")
-
-
 def run(args: argparse.Namespace) -> int:
     from planopt.io import load_plan
 
     profile = load_profile_arg(args.profile)
     plan = load_plan(args.plan)
     plan.check(profile)  # a plan made for another profile says so before the model is built
-    _check_device(args.device)
-    chain, batch, loss_fn = _model(args.model, args.model_args)
+    check_device(args.device)
+    chain, batch, loss_fn = load_model(args.model, args.model_args)
 
     from planopt.runtime.check import check, format_check
 

@@ -6,6 +6,10 @@ a module that takes one tensor and returns one tensor. Build it from an
 `ModuleList` of transformer blocks) with optional prefix and suffix modules,
 which become layers of their own.
 
+A layer with no output of its own (a `Flatten`, an `Identity`, an in-place
+`ReLU`) is fused with its neighbour as the chain is built
+(`planopt.runtime.fusion`): `conv2d0+relu1` is one layer.
+
 NOTE (the loss): the profiler and the executor fuse the loss into the last
 layer (`run_layer` with `loss_fn`), so the tensors the loss saves (the
 log-softmax of the logits, for cross-entropy) are part of `s_{L-1}` and the
@@ -20,6 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 from torch import nn
+
+from planopt.runtime.fusion import fuse_pass_through
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -44,6 +50,9 @@ class Chain(nn.Module):
 
     It is an `nn.Module` (its parameters are the layers'), so an optimizer
     and `.to(device)` work on it directly; `forward` is plain PyTorch.
+    Pass-through layers (views, in-place results) are fused with a
+    neighbour, so `len(chain)` can be less than `len(layers)` and a fused
+    layer's name joins its members' names with "+".
     """
 
     def __init__(
@@ -73,14 +82,15 @@ class Chain(nn.Module):
                     f"layer {i}: name must be unique, got {name!r} (also layer {seen[name]})"
                 )
             seen[name] = i
-        if signatures is None:
-            signatures = [module_signature(layer) for layer in layers]
-        signatures = list(signatures)
-        if len(signatures) != len(layers):
+        signatures = None if signatures is None else list(signatures)
+        if signatures is not None and len(signatures) != len(layers):
             raise ValueError(
                 f"chain: signatures must have one entry per layer ({len(layers)}), "
                 f"got {len(signatures)}"
             )
+        layers, names, signatures = fuse_pass_through(layers, names, signatures)
+        if signatures is None:
+            signatures = [module_signature(layer) for layer in layers]
         self.layers = nn.ModuleList(layers)
         self.names: tuple[str, ...] = tuple(names)
         self.signatures: tuple[str | None, ...] = tuple(signatures)

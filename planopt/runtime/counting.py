@@ -180,8 +180,9 @@ def _check_output(chain: Chain, i: int, x: torch.Tensor, out: torch.Tensor, stat
     if i > 0 and key == storage_key(x):
         raise ChainError(
             f"{where(i, chain.names[i])}: a layer's output must be a new tensor, got a view "
-            "or an in-place result of its input (a Flatten, an in-place ReLU or an Identity "
-            "as a layer of its own); merge it into the layer before"
+            "or an in-place result of its input; merge this module into the layer before "
+            "(Chain does so itself for Identity, Flatten, Unflatten, in-place modules and "
+            "dropout with p=0)"
         )
     if key in static:
         raise ChainError(

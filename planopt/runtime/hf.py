@@ -98,14 +98,25 @@ def gpt2_chain(
         eos_token_id=None,
     )
     config._attn_implementation = "sdpa"
-    model = GPT2LMHeadModel(config)
+    return chain_of_gpt2(
+        GPT2LMHeadModel(config), block_signature=f"gpt2-block(d={d},heads={heads},seq={seq})"
+    )
+
+
+def chain_of_gpt2(model: nn.Module, block_signature: str | None = None) -> Chain:
+    """The chain of an existing `GPT2LMHeadModel`, over the model's own modules.
+
+    Its parameters are the model's, so an optimizer on `model.parameters()`
+    trains what the chain runs, and `chain.loss(ids, targets, lm_loss)` is
+    `lm_loss(model(ids).logits, targets)` bitwise (no padding mask).
+    """
     body = model.transformer
-    blocks = [_Block(b) for b in body.h]
+    config = model.config
     return Chain.from_blocks(
-        blocks,
+        [_Block(b) for b in body.h],
         prefix=_Gpt2Embed(body.wte, body.wpe, body.drop),
         suffix=_Head(body.ln_f, model.lm_head),
-        block_signature=f"gpt2-block(d={d},heads={heads},seq={seq})",
+        block_signature=block_signature or f"gpt2-block(d={config.n_embd},heads={config.n_head})",
         prefix_name="embed",
         suffix_name="head",
     )
@@ -137,14 +148,24 @@ def llama_chain(
         tie_word_embeddings=tie,
     )
     config._attn_implementation = "sdpa"
-    model = LlamaForCausalLM(config)
+    return chain_of_llama(
+        LlamaForCausalLM(config),
+        block_signature=f"llama-block(d={d},heads={heads},kv={kv_heads},seq={seq})",
+    )
+
+
+def chain_of_llama(model: nn.Module, block_signature: str | None = None) -> Chain:
+    """The chain of an existing `LlamaForCausalLM`, over the model's own modules (as
+    `chain_of_gpt2`)."""
     body = model.model
-    blocks = [_Block(b, body.rotary_emb) for b in body.layers]
+    c = model.config
     return Chain.from_blocks(
-        blocks,
+        [_Block(b, body.rotary_emb) for b in body.layers],
         prefix=body.embed_tokens,
         suffix=_Head(body.norm, model.lm_head),
-        block_signature=f"llama-block(d={d},heads={heads},kv={kv_heads},seq={seq})",
+        block_signature=block_signature
+        or f"llama-block(d={c.hidden_size},heads={c.num_attention_heads},"
+        f"kv={c.num_key_value_heads})",
         prefix_name="embed",
         suffix_name="head",
     )
