@@ -136,6 +136,7 @@ class PlanHandle:
         for first, top in self.schedule.block_at.values():
             for j in range(first, top + 1):
                 self.run_top[j] = top
+        self.inplace = profile if isinstance(profile, InPlaceProfile) else None
         self.solution = None
         self.steps = 0
         self._regime_checked = check_regime == "off"
@@ -187,6 +188,10 @@ class PlanHandle:
     @property
     def engines(self) -> dict[torch.device, CopyEngine]:
         return dict(self._engines)
+
+    def run_modules(self, first: int, top: int) -> list[nn.Module]:
+        """The block modules of layers `first .. top`."""
+        return list(self.blocks.modules[first - 1 : top])
 
     def policy(self, i: int) -> tuple[int, ...] | None:
         return self._policies[i]

@@ -50,6 +50,7 @@ from torch.utils.checkpoint import (
 )
 
 from planopt.plan import RECOMPUTE, SWAP
+from planopt.runtime.recompute import buffers_unchanged
 from planopt.runtime.regions import call_tensors, first_tensor, with_hidden, without_hidden
 from planopt.runtime.steps import BackwardSteps
 from planopt.runtime.storage import TensorMeta, byte_view, plain, storage_key, view_on
@@ -193,9 +194,11 @@ class Run:
 
     def _replay(self, base: torch.Tensor) -> None:
         h = base
-        for original, args, kwargs in self.calls:
-            a, k = with_hidden(args, kwargs, h)
-            h = first_tensor(original(*a, **k))
+        # A replay must not update buffers twice (batch-norm running statistics).
+        with buffers_unchanged(self.step.handle.run_modules(self.first, self.top)):
+            for original, args, kwargs in self.calls:
+                a, k = with_hidden(args, kwargs, h)
+                h = first_tensor(original(*a, **k))
         if self.step.regenerates_top(self.top):
             _Trigger.apply(self.dummy)
             self.step.owner(self.top).regenerated(plain(h))

@@ -235,8 +235,10 @@ class _Instrumented:
         steps = BackwardSteps(n, issue, end)
 
         def on_enter(r: int, x: torch.Tensor) -> None:
-            finish(r - 1)
+            # Block r's window opened where the block before ended (code between
+            # blocks is the next block's); the prefix's ends here.
             if r == 1:
+                finish(0)
                 set_out(0, x)
                 steps.watch(0, x)
             elif storage_key(x) != regions[r - 1].out_key:
@@ -246,7 +248,8 @@ class _Instrumented:
                 )
             regions[r].input_key = storage_key(x)
             regions[r].shape = (tuple(x.shape), str(x.dtype).removeprefix("torch."))
-            begin(r)
+            if r == 1:
+                begin(1)
 
         def on_exit(r: int, h: torch.Tensor) -> None:
             finish(r)

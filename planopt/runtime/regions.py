@@ -2,7 +2,7 @@
 
 A step on a user's model, as planopt profiles and plans it in place:
 
-    out = model(**batch)            # a dict batch (Hugging Face); a tuple: model(*batch)
+    out = model(**batch)            # a dict (Hugging Face); (x, y): model(x); else model(batch)
     loss = loss_fn(out, batch)      # default: out.loss (a model that computes its loss)
     del out                         # only the loss is held through the backward
     loss.backward()
@@ -38,11 +38,14 @@ class CallError(PlanoptError, TypeError):
 
 
 def call_model(model: nn.Module, batch: Batch) -> Any:
-    """`model(**batch)` for a mapping, `model(*batch)` for a tuple or list, else `model(batch)`."""
+    """`model(**batch)` for a mapping; `model(x)` for an `(x, target)` tuple or list (a
+    data loader's batch; the loss reads the target from the batch); else `model(batch)`."""
     if isinstance(batch, Mapping):
         return model(**batch)
     if isinstance(batch, tuple | list):
-        return model(*batch)
+        if not batch:
+            raise CallError("batch: an (input, target) tuple must not be empty")
+        return model(batch[0])
     return model(batch)
 
 
