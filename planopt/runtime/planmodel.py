@@ -46,7 +46,7 @@ PIN_TRIES = 4
 
 
 def _pinned(plan: Plan, profile: Profile) -> Plan:
-    """`plan` with the prefix and suffix (the code around the blocks) kept."""
+    """`plan`'s actions on `profile`, the prefix and suffix (code around the blocks) kept."""
     actions = list(plan.actions)
     prefetch, wait = list(plan.prefetch_at), list(plan.swap_wait)
     for i in (0, len(actions) - 1):
@@ -54,40 +54,58 @@ def _pinned(plan: Plan, profile: Profile) -> Plan:
     return Plan.build(actions, prefetch, wait, profile=profile)
 
 
+def solving_profile(profile: Profile) -> Profile:
+    """The profile the solver sees: the prefix's products folded into `static_bytes`.
+
+    apply can only keep the prefix, whose internals live from the step's
+    start to its end (exactly static) and whose output lives until block 0's
+    backward (static over-predicts only during the prefix's own backward).
+    Folded, nothing is left for a solver to gain by swapping or recomputing
+    the prefix, so it plans the blocks. The plan is then re-scored on the
+    real profile.
+    """
+    first = profile.layers[0]
+    folded = dataclasses.replace(first, saved_bytes=0, out_bytes=0)
+    static = profile.static_bytes + first.saved_bytes + first.out_bytes
+    layers = (folded, *profile.layers[1:])
+    return profile.replace_layers(layers, static_bytes=static, name=f"{profile.name} (solving)")
+
+
 def solve_pinned(
     profile: Profile, budget: float | int | str, method: str = "greedy", **options
 ) -> Solution:
-    """`planopt.solve` with the prefix and suffix kept (apply can act only on blocks).
+    """`planopt.solve` for a plan that keeps the prefix and suffix (apply acts on blocks).
 
-    A solver may swap or recompute the first or last layer; they are set to
-    keep and the plan re-scored. When that no longer fits, the budget handed
-    to the solver is lowered by the overshoot and the solve repeated (at most
-    `PIN_TRIES` times); the plan returned always fits the caller's budget,
-    checked by the simulator, or `BudgetError` says by how much it did not.
+    The solver plans `solving_profile(profile)`; its plan, with prefix and
+    suffix set to keep, is re-scored on `profile` itself. When it does not
+    fit, the budget handed to the solver is lowered by the overshoot and the
+    solve repeated (at most `PIN_TRIES` times): the plan returned always fits
+    the caller's budget on `profile`, checked by the simulator, or
+    `BudgetError` says by how much the best one did not.
     """
     target = planopt.parse_budget(budget, profile)
+    solving = solving_profile(profile)
     ask: float = target
     last = None
     for _ in range(PIN_TRIES):
-        sol = planopt.solve(profile, ask, method, **options)
+        sol = planopt.solve(solving, ask, method, **options)
         if sol.plan is None:
-            return sol
-        plan = sol.plan
-        if plan.actions[0] is not KEEP or plan.actions[-1] is not KEEP:
-            plan = _pinned(plan, profile)
+            return dataclasses.replace(sol, budget=target)
+        plan = _pinned(sol.plan, profile)
         schedule = planopt.simulate(profile, plan, target)
         if schedule.feasible:
-            if plan is sol.plan:
-                return sol
-            status = Status.FEASIBLE if sol.status is Status.OPTIMAL else sol.status
+            pinned = plan.actions != sol.plan.actions
+            status = Status.FEASIBLE if sol.status is Status.OPTIMAL and pinned else sol.status
             return dataclasses.replace(
                 sol,
                 plan=plan,
                 schedule=schedule,
                 status=status,
                 budget=target,
+                lower_bound=None,
                 message=(sol.message + "; " if sol.message else "")
-                + "prefix and suffix set to keep (apply acts on blocks only)",
+                + "solved with the prefix in static memory, prefix and suffix kept, "
+                "re-scored on the in-place profile",
             )
         last = schedule.peak_bytes
         ask = ask - (schedule.peak_bytes - target)
@@ -140,7 +158,11 @@ def plan_model(
     )
     solution = solve_pinned(inplace.profile, budget, method, **options)
     if solution.plan is None:
-        raise BudgetError(solution.message, minimum=solution.min_budget)
+        raise BudgetError(
+            f"plan_model: with the model's prefix kept (apply plans its blocks only): "
+            f"{solution.message}",
+            minimum=solution.min_budget,
+        )
     handle = apply(
         model,
         solution.plan,
