@@ -42,7 +42,7 @@ from planopt.runtime.applystep import PlanStep
 from planopt.runtime.hostcopies import host_engine
 from planopt.runtime.inplace import InPlaceProfile
 from planopt.runtime.measure import grads_regime
-from planopt.runtime.modelblocks import find_model_blocks
+from planopt.runtime.modelblocks import BlockError, find_model_blocks
 from planopt.runtime.regions import Patched, UseCacheOff, call_tensors
 from planopt.runtime.stepplan import StepPlan
 from planopt.runtime.storage import storage_key
@@ -116,7 +116,15 @@ class PlanHandle:
             )
         if link_clock not in CLOCKS:
             raise ValueError(f"link_clock must be one of {', '.join(CLOCKS)}, got {link_clock!r}")
-        found = find_model_blocks(model, blocks)
+        try:
+            found = find_model_blocks(model, blocks)
+        except BlockError as exc:
+            if blocks is None or not isinstance(profile, InPlaceProfile):
+                raise
+            raise ProfileMismatchError(
+                f"profile: its blocks must be modules of {type(model).__name__}, got {exc}; "
+                "it was measured on another model"
+            ) from exc
         self._check(plan, prof, found.names)
         self.model, self.plan, self.profile = model, plan, prof
         self.blocks = found
