@@ -229,8 +229,8 @@ class PlanHandle:
             static.update(storage_key(b) for b in self.model.buffers())
             static.update(storage_key(t) for t in call_tensors(args, kwargs))
             static.discard(0)
-            if self._current is not None:
-                self._current.abort()  # a forward without its backward
+            # NOTE: a step whose backward has not run yet keeps what it holds (two
+            # forwards, then one backward of their summed losses, is a valid loop).
             step = self._current = PlanStep(self, static, device)
             with saved_tensors_hooks(step.pack, step.unpack):
                 out = original(*args, **kwargs)
