@@ -239,7 +239,7 @@ def test_autocast_and_gradient_accumulation_stay_bitwise():
 def test_a_partial_option_policy_recomputes_bitwise(policy):
     from torch.utils.checkpoint import checkpoint
 
-    from planopt.runtime.applystep import _sac_context
+    from planopt.runtime.checkpointing import sac_context
 
     model, _, _ = tiny("llama")
     block = model.model.layers[0]
@@ -258,7 +258,7 @@ def test_a_partial_option_policy_recomputes_bitwise(policy):
             lambda t: block(t, position_embeddings=pos),
             h,
             use_reentrant=False,
-            context_fn=lambda: _sac_context(policy),
+            context_fn=lambda: sac_context(policy),
         )
     )
     assert torch.equal(plain, sac)
@@ -309,7 +309,7 @@ def test_a_saving_policy_holds_more_than_a_recomputing_one():
     """The SAC policy is not vacuous: saving every op holds more after the forward."""
     from torch.utils.checkpoint import checkpoint
 
-    from planopt.runtime.applystep import _sac_context
+    from planopt.runtime.checkpointing import sac_context
     from planopt.runtime.tracker import LiveMemory
 
     model, _, _ = tiny("llama", size="act")
@@ -325,7 +325,7 @@ def test_a_saving_policy_holds_more_than_a_recomputing_one():
                 lambda t: block(t, position_embeddings=pos),
                 x,
                 use_reentrant=False,
-                context_fn=lambda p=policy: _sac_context(p),
+                context_fn=lambda p=policy: sac_context(p),
             )
         held[name] = lives.current - out.untyped_storage().nbytes()
         del out

@@ -42,15 +42,10 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.utils.checkpoint import (
-    CheckpointPolicy,
-    _checkpoint_without_reentrant_generator,
-    create_selective_checkpoint_contexts,
-    noop_context_fn,
-)
+from torch.utils.checkpoint import noop_context_fn
 
 from planopt.plan import RECOMPUTE, SWAP
-from planopt.runtime.recompute import buffers_unchanged
+from planopt.runtime.checkpointing import Trigger, buffers_kept, checkpoint_region, sac_context
 from planopt.runtime.regions import call_tensors, first_tensor, with_hidden, without_hidden
 from planopt.runtime.steps import BackwardSteps
 from planopt.runtime.storage import TensorMeta, byte_view, plain, storage_key, view_on
@@ -68,19 +63,6 @@ class Saved:
         self.owner = owner
         self.meta = meta
         self.tensor = t
-
-
-class _Trigger(torch.autograd.Function):
-    """Saves one tiny tensor inside a checkpoint region: unpacking it regenerates the region."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(x)
-        return x.detach().clone()
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        return grad
 
 
 class Owner:
@@ -177,17 +159,14 @@ class Run:
         self.dummy = torch.zeros(1, requires_grad=True)
 
     def open(self, base: torch.Tensor, context_fn=noop_context_fn) -> None:
-        self.gen = _checkpoint_without_reentrant_generator(
-            self._replay, True, context_fn, "default", False, False, base
-        )
-        next(self.gen)
+        self.gen = checkpoint_region(self._replay, base, context_fn)
 
     def record(self, original, args: tuple, kwargs: dict) -> None:
         self.calls.append((original, *without_hidden(args, kwargs)))
 
     def close(self) -> None:
         if self.step.regenerates_top(self.top):
-            self.trigger = _Trigger.apply(self.dummy)
+            self.trigger = Trigger.apply(self.dummy)
         with contextlib.suppress(StopIteration):
             next(self.gen)
         self.gen = None
@@ -195,12 +174,12 @@ class Run:
     def _replay(self, base: torch.Tensor) -> None:
         h = base
         # A replay must not update buffers twice (batch-norm running statistics).
-        with buffers_unchanged(self.step.handle.run_modules(self.first, self.top)):
+        with buffers_kept(self.step.handle.run_modules(self.first, self.top)):
             for original, args, kwargs in self.calls:
                 a, k = with_hidden(args, kwargs, h)
                 h = first_tensor(original(*a, **k))
         if self.step.regenerates_top(self.top):
-            _Trigger.apply(self.dummy)
+            Trigger.apply(self.dummy)
             self.step.owner(self.top).regenerated(plain(h))
 
     def regenerate(self) -> None:
@@ -208,19 +187,6 @@ class Run:
         if self.trigger is not None:
             trigger, self.trigger = self.trigger, None
             _ = trigger.grad_fn.saved_tensors
-
-
-def _sac_context(policy: tuple[int, ...]):
-    """Selective checkpoint contexts saving exactly the op positions in `policy`."""
-    keep = frozenset(policy)
-    counters = {False: 0, True: 0}
-
-    def policy_fn(ctx, op, *args, **kwargs) -> CheckpointPolicy:
-        position = counters[ctx.is_recompute]
-        counters[ctx.is_recompute] += 1
-        return CheckpointPolicy.MUST_SAVE if position in keep else CheckpointPolicy.PREFER_RECOMPUTE
-
-    return create_selective_checkpoint_contexts(policy_fn)
 
 
 class PlanStep:
@@ -313,7 +279,7 @@ class PlanStep:
             if action is SWAP:
                 raise NotImplementedError  # refused by apply's checks
             run = Run(self, r, r)
-            run.open(x, functools.partial(_sac_context, option))
+            run.open(x, functools.partial(sac_context, option))
             run.record(original, args, kwargs)
             out = original(*args, **kwargs)
             run.close()
@@ -342,6 +308,9 @@ class PlanStep:
         elif action is RECOMPUTE and self.regenerates_top(r):
             self._route_output(h, self.owner(r))
         self.steps.watch(r, h)
+        if r == self.handle.n - 2:  # the suffix's forward starts here
+            for w in self.sched.waiters.get(r + 1, ()):
+                self.copies.wait_out(self.owner(w).host)
 
     def _route_output(self, h: torch.Tensor, owner: Owner) -> None:
         # NOTE: a storage key is an address, which a later storage may reuse
