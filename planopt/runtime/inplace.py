@@ -56,6 +56,11 @@ class InPlaceProfile:
     blocks: tuple[str, ...]
     grads_to_none: bool
     model: str
+    # Per layer, the bytes its backward frees before its allocations peak, beyond
+    # what its scratch absorbs: cost model v2 cannot say it (`bwd_work_bytes` >= 0),
+    # so the simulator over-predicts by up to this much inside that backward; v3's
+    # signed scratch can (`profile_with_release` measures the same on a chain).
+    bwd_release: tuple[int, ...] = ()
 
     @property
     def grad_regime(self) -> str:
@@ -141,6 +146,7 @@ def profile_in_place(
             loss_bytes=counted[-1]["out_bytes"] + seed,
         )
     layers = []
+    release = tuple(c.pop("bwd_release") for c in counted)
     for r, c in enumerate(counted):
         shape, dtype = c.pop("shape")
         sig = None
@@ -174,4 +180,4 @@ def profile_in_place(
         layers=tuple(layers),
         source=source,
     )
-    return InPlaceProfile(prof, found.names, grads_to_none, type(model).__name__)
+    return InPlaceProfile(prof, found.names, grads_to_none, type(model).__name__, release)

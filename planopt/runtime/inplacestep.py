@@ -141,6 +141,7 @@ class InstrumentedStep:
         grad_keys = [0] * (n + 1)
         param_grad = [0] * n
         bwd_work = [0] * n
+        release = [0] * n  # what B_t frees before its peak: v3's negative scratch
         b_start = [0] * n
         start_level = [0]
 
@@ -183,7 +184,9 @@ class InstrumentedStep:
         def end(t: int) -> None:
             param_grad[t] = lives.alive_from(f"B_{t}", exclude=grad_keys[t : t + 1])
             grown = probe.peak() - b_start[t]
-            bwd_work[t] = max(0, grown - (input_grad[t] if t else 0) - param_grad[t])
+            signed = grown - (input_grad[t] if t else 0) - param_grad[t]
+            bwd_work[t] = max(0, signed)
+            release[t] = max(0, -signed)
 
         steps = BackwardSteps(n, issue, end)
 
@@ -222,7 +225,7 @@ class InstrumentedStep:
         start_level[0] = probe.current() + seed
         layers = self._classify(regions)
         loss.backward()
-        return self._finish_layers(layers, input_grad, param_grad, bwd_work), seed
+        return self._finish_layers(layers, input_grad, param_grad, bwd_work, release), seed
 
     def _name(self, r: int) -> str:
         if r == 0:
@@ -278,9 +281,10 @@ class InstrumentedStep:
             )
         return out
 
-    def _finish_layers(self, layers, input_grad, param_grad, bwd_work) -> list[dict]:
+    def _finish_layers(self, layers, input_grad, param_grad, bwd_work, release) -> list[dict]:
         for t, layer in enumerate(layers):
             layer["input_grad_bytes"] = input_grad[t] if t > 0 else 0
             layer["param_grad_bytes"] = param_grad[t]
             layer["bwd_work_bytes"] = bwd_work[t]
+            layer["bwd_release"] = release[t]
         return layers
