@@ -76,6 +76,8 @@ class Owner:
         self.outputs: list[Saved] = []
         self.host = None
         self.back = None
+        self.order: list[int] = []  # internal storage keys, in copy order
+        self.out_read = False  # the output was copied too (it has a backward reader)
         self.released = False
 
     def add_internal(self, key: int, t: torch.Tensor) -> Saved:
