@@ -377,3 +377,12 @@ def test_two_forwards_then_one_backward_stay_bitwise():
     with apply(m, plan, prof):
         planned = grads(m)
     assert all(torch.equal(a, b) for a, b in zip(plain, planned, strict=True))
+
+
+def test_solve_pinned_never_claims_optimal_for_the_real_profile():
+    from planopt.runtime import solve_pinned
+
+    prof = planopt.random_chain(6, seed=0, version=2)
+    sol = solve_pinned(prof, "90%", "auto", work_limit=1e5)
+    assert sol.plan is not None and sol.status is planopt.Status.FEASIBLE
+    assert sol.lower_bound is None and "re-scored on the in-place profile" in sol.message

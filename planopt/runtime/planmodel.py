@@ -94,8 +94,8 @@ def solve_pinned(
         plan = _pinned(sol.plan, profile)
         schedule = planopt.simulate(profile, plan, target)
         if schedule.feasible:
-            pinned = plan.actions != sol.plan.actions
-            status = Status.FEASIBLE if sol.status is Status.OPTIMAL and pinned else sol.status
+            # "optimal" held for the solving profile, not for this one: say feasible.
+            status = Status.FEASIBLE if sol.status is Status.OPTIMAL else sol.status
             return dataclasses.replace(
                 sol,
                 plan=plan,
@@ -104,8 +104,8 @@ def solve_pinned(
                 budget=target,
                 lower_bound=None,
                 message=(sol.message + "; " if sol.message else "")
-                + "solved with the prefix in static memory, prefix and suffix kept, "
-                "re-scored on the in-place profile",
+                + f"solved ({sol.status.value}) with the prefix in static memory, prefix and "
+                "suffix kept, re-scored on the in-place profile",
             )
         last = schedule.peak_bytes
         ask = ask - (schedule.peak_bytes - target)
