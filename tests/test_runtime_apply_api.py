@@ -386,3 +386,20 @@ def test_solve_pinned_never_claims_optimal_for_the_real_profile():
     sol = solve_pinned(prof, "90%", "auto", work_limit=1e5)
     assert sol.plan is not None and sol.status is planopt.Status.FEASIBLE
     assert sol.lower_bound is None and "re-scored on the in-place profile" in sol.message
+
+
+def test_a_batch_of_another_shape_is_warned_about_once():
+    from planopt.runtime import InputShapeWarning
+
+    model, batch, _ = tiny("gpt2")
+    prof = _profile(model, batch)
+    plan = Plan.build(["keep"] * len(prof.profile))
+    short = {k: v[:, :8] for k, v in batch.items()}
+    with apply(model, plan, prof), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        step_loss(model, batch, None).backward()  # the profiled shape: silent
+        assert not [w for w in caught if w.category is InputShapeWarning]
+        step_loss(model, short, None).backward()
+        step_loss(model, short, None).backward()
+    shape = [w for w in caught if w.category is InputShapeWarning]
+    assert len(shape) == 1 and "float32[2, 8, 32]" in str(shape[0].message)

@@ -24,7 +24,13 @@ it beside the prediction (`planopt run-check` on the command line).
 The planner never imports this package: `import planopt` works without torch.
 """
 
-from planopt.runtime.apply import GradRegimeError, GradRegimeWarning, PlanHandle, apply
+from planopt.runtime.apply import (
+    GradRegimeError,
+    GradRegimeWarning,
+    InputShapeWarning,
+    PlanHandle,
+    apply,
+)
 from planopt.runtime.chain import Chain, module_signature
 from planopt.runtime.check import CheckReport, check, format_check
 from planopt.runtime.counting import ChainError
@@ -52,6 +58,7 @@ __all__ = [
     "GradRegimeError",
     "GradRegimeWarning",
     "InPlaceProfile",
+    "InputShapeWarning",
     "LiveMemory",
     "Measurement",
     "ModelBlocks",

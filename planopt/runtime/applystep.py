@@ -262,6 +262,7 @@ class PlanStep:
         x = args[0] if args and isinstance(args[0], torch.Tensor) else kwargs.get("hidden_states")
         if r == 1:
             self.steps.watch(0, x)
+            self.handle.check_input(x)
         for w in sched.waiters.get(r, ()):
             self.copies.wait_out(self.owner(w).host)
         action = self.actions[r]
