@@ -403,3 +403,13 @@ def test_a_batch_of_another_shape_is_warned_about_once():
         step_loss(model, short, None).backward()
     shape = [w for w in caught if w.category is InputShapeWarning]
     assert len(shape) == 1 and "float32[2, 8, 32]" in str(shape[0].message)
+
+
+def test_signed_scratch_needs_cost_model_v3():
+    import planopt.profile
+
+    if hasattr(planopt.profile, "backward_frees"):
+        pytest.skip("cost model v3 is in: tests/test_runtime_apply_v3.py covers it")
+    model, batch, _ = tiny("gpt2")
+    with pytest.raises(planopt.errors.UnsupportedProfileError, match="needs cost model v3"):
+        _profile(model, batch, signed_scratch=True)
