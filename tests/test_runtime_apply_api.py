@@ -413,3 +413,52 @@ def test_signed_scratch_needs_cost_model_v3():
     model, batch, _ = tiny("gpt2")
     with pytest.raises(planopt.errors.UnsupportedProfileError, match="needs cost model v3"):
         _profile(model, batch, signed_scratch=True)
+
+
+class _Boom(nn.Module):
+    """A block that can be told to raise (an out-of-memory error, a bad input)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.fail = False
+
+    def forward(self, x):
+        if self.fail:
+            raise RuntimeError("boom")
+        return torch.relu(self.fc(x)) + x
+
+
+class _Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(_Boom() for _ in range(4))
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def test_a_forward_that_raises_inside_a_recompute_run_leaves_no_hooks_behind():
+    torch.manual_seed(0)
+    net = _Net()
+    x, y = torch.randn(4, 8), torch.randint(2, (4,))
+
+    def loss_fn(out, batch):
+        return torch.nn.functional.cross_entropy(out, batch[1])
+
+    prof = _profile(net, (x, y), loss_fn)
+    plan = Plan.build(["keep", "recompute", "recompute", "recompute", "swap", "keep"])
+    plain = copy.deepcopy(net)
+    step_loss(plain, (x, y), loss_fn).backward()
+    with apply(net, plan, prof):
+        net.blocks[2].fail = True
+        with pytest.raises(RuntimeError, match="boom"):
+            step_loss(net, (x, y), loss_fn)
+        assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None
+        net.blocks[2].fail = False
+        step_loss(net, (x, y), loss_fn).backward()
+    for a, b in zip(plain.parameters(), net.parameters(), strict=True):
+        assert torch.equal(a.grad, b.grad)

@@ -238,7 +238,12 @@ class PlanHandle:
             # forwards, then one backward of their summed losses, is a valid loop).
             step = self._current = PlanStep(self, static, device)
             with saved_tensors_hooks(step.pack, step.unpack):
-                out = original(*args, **kwargs)
+                try:
+                    out = original(*args, **kwargs)
+                except BaseException:
+                    step.abandon()  # inner hooks first: a checkpoint region left open
+                    self._current = None
+                    raise
             step.finish_forward(out)
             return out
 

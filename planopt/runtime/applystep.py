@@ -29,7 +29,7 @@ the blocks' recorded calls from the run's base, so checkpoint saves only the
 base and preserves RNG and autocast as it does for one call. Early stop is
 off, so the replay reaches the run's top output: when the next layer reads
 it (`saves_input`), it is dropped after the forward and regenerated with the
-run, as the cost model says. A tiny `_Trigger` saved last in the region lets
+run, as the cost model says. A tiny `Trigger` saved last in the region lets
 the step start the regeneration at the cost model's block step (its
 `saved_tensors` is unpacked from the step's hook).
 """
@@ -184,6 +184,12 @@ class Run:
             Trigger.apply(self.dummy)
             self.step.owner(self.top).regenerated(plain(h))
 
+    def abandon(self) -> None:
+        """Close a region whose forward raised (its saved-tensor hooks are popped)."""
+        if self.gen is not None:
+            self.gen.close()
+            self.gen = None
+
     def regenerate(self) -> None:
         """The cost model's recompute block: unpack the trigger, which reruns the region."""
         if self.trigger is not None:
@@ -281,11 +287,12 @@ class PlanStep:
         elif option is not None:
             if action is SWAP:
                 raise NotImplementedError  # refused by apply's checks
-            run = Run(self, r, r)
+            run = self.open_run = Run(self, r, r)
             run.open(x, functools.partial(sac_context, option))
             run.record(original, args, kwargs)
             out = original(*args, **kwargs)
             run.close()
+            self.open_run = None
         elif action is SWAP:
             self.swapping = self.owner(r)
             self.foreign = {storage_key(t) for t in call_tensors(args, kwargs)}
@@ -348,6 +355,13 @@ class PlanStep:
     def _finish(self) -> None:
         self.abort()
         self.handle.step_finished(self)
+
+    def abandon(self) -> None:
+        """The model's forward raised: close an open checkpoint region, keep nothing."""
+        if self.open_run is not None:
+            self.open_run.abandon()
+            self.open_run = None
+        self.abort()
 
     def abort(self) -> None:
         for owner in self.owners.values():
