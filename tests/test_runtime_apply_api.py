@@ -462,3 +462,27 @@ def test_a_forward_that_raises_inside_a_recompute_run_leaves_no_hooks_behind():
         step_loss(net, (x, y), loss_fn).backward()
     for a, b in zip(plain.parameters(), net.parameters(), strict=True):
         assert torch.equal(a.grad, b.grad)
+
+
+def test_a_block_run_twice_in_a_step_is_refused():
+    from planopt.runtime.applystep import PlanCallError
+    from planopt.runtime.counting import ChainError
+
+    class Twice(_Net):
+        def forward(self, x):
+            for block in [*self.blocks, self.blocks[0]]:
+                x = block(x)
+            return self.head(x)
+
+    torch.manual_seed(0)
+    net, batch = Twice(), (torch.randn(4, 8), torch.randint(2, (4,)))
+
+    def loss_fn(out, b):
+        return torch.nn.functional.cross_entropy(out, b[1])
+
+    with pytest.raises(ChainError, match="must run once per step"):
+        _profile(net, batch, loss_fn)
+    prof = _profile(_Net(), batch, loss_fn)
+    with apply(net, Plan.build(["keep"] * 6), prof.profile), pytest.raises(PlanCallError):
+        step_loss(net, batch, loss_fn)
+    assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None

@@ -31,6 +31,7 @@ from planopt.runtime.apply import (
     PlanHandle,
     apply,
 )
+from planopt.runtime.applystep import PlanCallError
 from planopt.runtime.chain import Chain, module_signature
 from planopt.runtime.check import CheckReport, check, format_check
 from planopt.runtime.counting import ChainError
@@ -62,6 +63,7 @@ __all__ = [
     "LiveMemory",
     "Measurement",
     "ModelBlocks",
+    "PlanCallError",
     "PlanHandle",
     "RecomputeError",
     "ReferenceModel",

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.checkpoint import noop_context_fn
 
+from planopt.errors import PlanoptError
 from planopt.plan import RECOMPUTE, SWAP
 from planopt.runtime.checkpointing import Trigger, buffers_kept, checkpoint_region, sac_context
 from planopt.runtime.regions import call_tensors, first_tensor, with_hidden, without_hidden
@@ -52,6 +53,10 @@ from planopt.runtime.storage import TensorMeta, byte_view, plain, storage_key, v
 
 if TYPE_CHECKING:
     from planopt.runtime.apply import PlanHandle
+
+
+class PlanCallError(PlanoptError, RuntimeError):
+    """The model runs its blocks otherwise than the profile saw (a block twice in a step)."""
 
 
 class Saved:
@@ -216,6 +221,7 @@ class PlanStep:
         self.swapping: Owner | None = None
         self.foreign: set[int] = set()
         self.steps = BackwardSteps(handle.n, self._issue, self._end, self._finish)
+        self.entered: set[int] = set()
         self.top_read = {top: u != top for u, (_, top) in sched.block_at.items()}
 
     def owner(self, i: int) -> Owner:
@@ -265,6 +271,12 @@ class PlanStep:
     def block(self, r: int, original, args: tuple, kwargs: dict):
         """Block layer `r`'s forward under its action."""
         sched = self.sched
+        if r in self.entered:
+            raise PlanCallError(
+                f"layer {r} ({self.handle.blocks.names[r - 1]}): a planned block must run once "
+                "per step, got a second call in this forward"
+            )
+        self.entered.add(r)
         x = args[0] if args and isinstance(args[0], torch.Tensor) else kwargs.get("hidden_states")
         if r == 1:
             self.steps.watch(0, x)

@@ -58,6 +58,7 @@ class InstrumentedStep:
         self.n = len(blocks) + 2
 
     def _run(self, on_enter, on_exit) -> torch.Tensor:
+        self.entered: set[int] = set()
         patched = Patched()
         try:
             for b, module in enumerate(self.blocks.modules):
@@ -78,6 +79,12 @@ class InstrumentedStep:
                         f"{where(r, blocks.names[r - 1])}: a block must be called with its "
                         "hidden state as a tensor (first argument or hidden_states=)"
                     )
+                if r in self.entered:
+                    raise ChainError(
+                        f"{where(r, blocks.names[r - 1])}: a block must run once per step, got "
+                        "a second call (a shared block): give blocks= the modules that run once"
+                    )
+                self.entered.add(r)
                 on_enter(r, x)
                 out = original(*args, **kwargs)
                 h = first_tensor(out)
