@@ -198,6 +198,12 @@ def test_the_loop_is_checked_against_the_profiles_gradient_regime():
         pytest.raises(GradRegimeError, match="set to None between steps"),
     ):
         _loop(h.model, batch, 2, set_to_none=False)
+    # A profile saved to a file and loaded back keeps its regime (in its source).
+    with (
+        apply(copy.deepcopy(model), plan, prof.profile, check_regime="raise") as h,
+        pytest.raises(GradRegimeError),
+    ):
+        _loop(h.model, batch, 2, set_to_none=False)
     assert prof.grad_regime == "none"
 
 
