@@ -36,7 +36,13 @@ from planopt.plan import Plan
 from planopt.profile import Device, Profile
 from planopt.runtime.chain import Chain, LossFn
 from planopt.runtime.layers import LayerState, unpack
-from planopt.runtime.recompute import ForwardState, buffers_unchanged, capture, replay
+from planopt.runtime.recompute import (
+    ForwardState,
+    block_input,
+    buffers_unchanged,
+    capture,
+    replay,
+)
 from planopt.runtime.stepplan import StepPlan, check_plan
 from planopt.runtime.steps import BackwardSteps
 from planopt.runtime.storage import Saves, static_keys, storage_key
@@ -156,10 +162,6 @@ class Step:
             base, requires_grad = self.x, self.x.requires_grad
         else:
             base, requires_grad = self.layers[k].base(), self.base_requires_grad[k]
-        # The block must save what the forward saved, and what an operator
-        # saves depends on which inputs require grad.
-        h = base.detach().requires_grad_(requires_grad)
-        del base
         modules = [self.chain.layers[j] for j in range(first, top + 1)]
         with (
             replay(self.states[first]),
@@ -167,6 +169,11 @@ class Step:
             torch.enable_grad(),
             regenerating(),
         ):
+            # The block must save what the forward saved, and what an operator
+            # saves depends on which inputs require grad; nothing but `h` may
+            # hold the base, which goes once the block's first forward is done.
+            h = block_input(base, requires_grad)
+            del base
             for j in range(first, top + 1):
                 saves = Saves(self.static, storage_key(h) if j > 0 else 0, frozenset())
                 with saved_tensors_hooks(_collector(saves), _never):

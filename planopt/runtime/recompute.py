@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from planopt.errors import PlanoptError
-from planopt.runtime.tracker import host_memory
+from planopt.runtime.storage import TensorMeta, view_on
 
 
 class RecomputeError(PlanoptError, RuntimeError):
@@ -74,14 +74,50 @@ def replay(state: ForwardState) -> Iterator[None]:
         yield
 
 
+class _Alias(torch.autograd.Function):
+    """The block's input as a non-leaf over the base's storage: no copy, no reference kept.
+
+    `mark_dirty` turns the tensor itself into the output, so the graph holds
+    no tensor of it (a leaf's `AccumulateGrad` would hold the base until the
+    block's graph goes, past the block's first forward, where the spec frees
+    it) and an in-place op on it is allowed, as on the forward's non-leaf
+    input (a block that starts with `ReLU(inplace=True)`).
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
+        ctx.mark_dirty(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad, None
+
+
+def block_input(base: torch.Tensor, requires_grad: bool) -> torch.Tensor:
+    """A tensor over `base`'s storage for the block's first forward.
+
+    It requires grad as the forward's input did (what an operator saves
+    depends on it), and is not a leaf, so nothing in the block's graph keeps
+    the base alive and in-place ops on it run as in the forward. Its own
+    version counter: the base's readers outside the block are not bumped.
+    """
+    h = view_on(base, TensorMeta(base))
+    if not requires_grad:
+        return h
+    anchor = torch.empty(0, device=base.device, requires_grad=True)  # no storage
+    return _Alias.apply(h, anchor)
+
+
 @contextlib.contextmanager
 def buffers_unchanged(modules: Sequence[nn.Module]) -> Iterator[None]:
     """Undo in-place buffer updates (batch-norm statistics) made inside the block."""
     buffers = [b for m in modules for b in m.buffers()]
-    # The snapshot is the executor's bookkeeping, kept in host memory (on CPU
-    # the same RAM, filed as host memory so it is not taken for the model's).
-    with host_memory():
-        saved = [b.detach().to("cpu", copy=True) for b in buffers]
+    # The snapshot is held in host memory while the block runs: on a GPU that
+    # is the host's RAM, outside the device; on CPU host and device are the
+    # same RAM, so there it is device memory and the tracker counts it (a few
+    # bytes per channel, which the cost model leaves out).
+    saved = [b.detach().to("cpu", copy=True) for b in buffers]
     try:
         yield
     finally:
