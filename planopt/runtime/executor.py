@@ -130,7 +130,8 @@ class Step:
             if i in sched.bases:
                 self.base_requires_grad[i] = out.requires_grad
             if i > 0:
-                layers[i - 1].end_forward_use(h._version)  # end of F_i: x_i's forward use
+                # end of F_i: x_i's forward use
+                layers[i - 1].end_forward_use(h._version, layer.action)
             self.steps.watch(i, out)
             h = out
         self.executor._verified()
