@@ -37,7 +37,7 @@ from planopt.runtime.memory import static_bytes
 from planopt.runtime.profiler import GRADS_TO_NONE_NOTE
 from planopt.runtime.storage import storage_nbytes
 from planopt.runtime.tracker import AllocatorProbe, LiveMemory, device_bytes
-from planopt.runtime.training import prepare_grads, restored
+from planopt.runtime.training import optimizer_state, prepare_grads, restored
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,9 @@ def measure(
     `profile` is the profile the plan was solved for (the executor needs it
     for plans that swap or recompute, and checks it). `grads_to_none`: are
     gradients set to None between steps (default: as in the profile)?
-    `optimizer` adds its state to what is tracked and to the static bytes.
+    `optimizer` adds its state to what is tracked and to the static bytes;
+    a fresh one's state is allocated first (one step on zero gradients,
+    undone after), as `profile(..., optimizer=)` counts it.
     `iterations=0` skips the timing (memory only). `link` (CPU only)
     rehearses the plan over an emulated host link: copies run on host
     threads and take `latency + bytes / bandwidth` (`ThreadCopies`), so a
@@ -142,7 +144,7 @@ def measure(
 
     samples: list[float] = []
     reserved = None
-    with restored(chain, device):
+    with restored(chain, device), optimizer_state(optimizer):
         for _ in range(warmup):
             prepare_grads(chain, to_none)
             step()

@@ -47,6 +47,44 @@ def restored(chain: nn.Module, device: torch.device) -> Iterator[None]:
             p.grad = grad
 
 
+@contextlib.contextmanager
+def optimizer_state(
+    optimizer: torch.optim.Optimizer | None,
+) -> Iterator[torch.optim.Optimizer | None]:
+    """The optimizer with its state allocated, as after its first step.
+
+    `profile(..., optimizer=)` counts a fresh optimizer's state in
+    `static_bytes` as its first step will allocate it; a measured step must
+    hold it too. A fresh optimizer steps once here on zero gradients, its
+    parameters and gradients are put back after, and its state is emptied
+    again on exit, so the caller's optimizer is left fresh.
+    """
+    fresh = optimizer is not None and not any(
+        torch.is_tensor(v) for state in optimizer.state.values() for v in state.values()
+    )
+    if not fresh:
+        yield optimizer
+        return
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    with torch.no_grad():
+        values = [p.detach().clone() for p in params]
+    grads = [p.grad for p in params]
+    try:
+        for p in params:
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)
+        optimizer.step()
+        with torch.no_grad():
+            for p, value in zip(params, values, strict=True):
+                p.copy_(value)
+        for p, grad in zip(params, grads, strict=True):
+            p.grad = grad
+        del values, grads
+        yield optimizer
+    finally:
+        optimizer.state.clear()
+
+
 TIMERS = ("wall", "thread")
 
 
