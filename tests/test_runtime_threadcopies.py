@@ -102,7 +102,7 @@ def test_engine_is_picked_by_link_and_device():
     assert isinstance(copy_engine(CPU), SyncCopies)
     with pytest.raises(ValueError, match="emulated link is for CPU devices"):
         copy_engine(torch.device("cuda"), FAST)
-    with pytest.raises(TypeError, match=r"link must be a planopt\.Device"):
+    with pytest.raises(ValueError, match=r"link must be a planopt\.Device"):
         ThreadCopies({"h2d_bandwidth": 1.0})
 
 

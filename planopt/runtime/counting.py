@@ -14,17 +14,14 @@ import weakref
 import torch
 from torch.autograd.graph import saved_tensors_hooks
 
-from planopt.errors import PlanoptError, where
+from planopt.errors import where
 from planopt.runtime.chain import Chain, LossFn
 from planopt.runtime.counts import Counts
+from planopt.runtime.errors import ChainError
 from planopt.runtime.steps import BackwardSteps
 from planopt.runtime.storage import Saves, plain, static_keys, storage_key, storage_nbytes
 from planopt.runtime.tracker import LiveMemory, MemoryProbe, at, device_bytes
 from planopt.runtime.training import Clock
-
-
-class ChainError(PlanoptError, ValueError):
-    """A chain layer does something the cost model cannot describe."""
 
 
 class TrainingStep:

@@ -35,6 +35,8 @@ from planopt.errors import InvalidPlanError, ProfileMismatchError, where
 from planopt.plan import Plan
 from planopt.profile import Device, Profile
 from planopt.runtime.chain import Chain, LossFn
+from planopt.runtime.errors import BatchError, DeviceError, RuntimeOptionError
+from planopt.runtime.inputs import check_chain, check_choice, check_loss_fn
 from planopt.runtime.layers import LayerState, unpack
 from planopt.runtime.recompute import (
     ForwardState,
@@ -258,10 +260,18 @@ class Executor(nn.Module):
         link_clock: str = "wall",
     ) -> None:
         super().__init__()
-        if not isinstance(chain, Chain):
-            raise TypeError(f"chain must be a planopt.runtime.Chain, got {type(chain).__name__}")
+        check_chain(chain, "Executor")
         if not isinstance(plan, Plan):
-            raise TypeError(f"plan must be a planopt.Plan, got {type(plan).__name__}")
+            hint = (
+                " (a Solution without a plan: its status says why, e.g. infeasible)"
+                if plan is None
+                else ""
+            )
+            raise InvalidPlanError(
+                f"Executor: plan must be a planopt.Plan, got {type(plan).__name__}{hint}"
+            )
+        if loss_fn is not None:
+            check_loss_fn(loss_fn, "Executor")
         check_plan(chain, plan, profile)
         self.chain = chain
         self.plan = plan
@@ -275,9 +285,10 @@ class Executor(nn.Module):
                 "where a recompute block runs"
             )
         if link is not None and not isinstance(link, Device):
-            raise TypeError(f"link must be a planopt.Device, got {type(link).__name__}")
-        if link_clock not in CLOCKS:
-            raise ValueError(f"link_clock must be one of {', '.join(CLOCKS)}, got {link_clock!r}")
+            raise RuntimeOptionError(
+                f"Executor: link must be a planopt.Device, got {type(link).__name__}"
+            )
+        check_choice("link_clock", link_clock, CLOCKS, "Executor")
         self.link = link
         self.link_clock = link_clock
         self._verify = profile is not None and verify
@@ -302,8 +313,21 @@ class Executor(nn.Module):
             engine.synchronize()
 
     def forward(self, x: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor:
-        if self.loss_fn is not None and target is None:
-            raise ValueError("executor: target is required when the executor has a loss_fn")
+        if not isinstance(x, torch.Tensor):
+            raise BatchError(
+                f"Executor: inputs must be a tensor, got {type(x).__name__}; call "
+                "executor(x, y) with the batch's two tensors"
+            )
+        if self.loss_fn is not None and not isinstance(target, torch.Tensor):
+            raise BatchError(
+                "Executor: target must be a tensor when the executor has a loss_fn, got "
+                f"{type(target).__name__}; call executor(x, y)"
+            )
+        device = _device_of(self.chain, x)
+        if x.device != device:
+            raise DeviceError(
+                f"Executor: inputs must be on the parameters' device {device}, got {x.device}"
+            )
         if self._step is not None:
             self._step.abort()  # a forward without backward: release it
         if not torch.is_grad_enabled():

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from planopt.errors import where
+from planopt.errors import PlanoptError, where
 from planopt.plan import KEEP, RECOMPUTE, SWAP, Action
 from planopt.runtime.recompute import RecomputeError
 from planopt.runtime.storage import (
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from planopt.runtime.executor import Step
 
 
-class ReleasedError(RuntimeError):
+class ReleasedError(PlanoptError, RuntimeError):
     """A saved tensor was asked for after the executor released it."""
 
 

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
+from planopt.runtime.errors import CudaUnavailableError, RuntimeOptionError
 from planopt.runtime.tracker import host_memory
 
 if TYPE_CHECKING:
@@ -193,7 +194,7 @@ class CudaCopies(Copies):
 
     def __init__(self, device: torch.device) -> None:
         if not torch.cuda.is_available():
-            raise RuntimeError(
+            raise CudaUnavailableError(
                 f"CudaCopies: swapping on {device} needs CUDA, but torch.cuda.is_available() "
                 "is False (use a CPU device for synchronous copies)"
             )
@@ -258,7 +259,7 @@ def copy_engine(
     """`CudaCopies` on CUDA; on CPU `ThreadCopies` with a `link` (on `clock`), else `SyncCopies`."""
     if device.type == "cuda":
         if link is not None:
-            raise ValueError(
+            raise RuntimeOptionError(
                 f"link: an emulated link is for CPU devices, got {link.name!r} on {device}; "
                 "a CUDA device copies over its own link (leave link=None)"
             )

@@ -14,6 +14,8 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
+from planopt.runtime.errors import DeviceError, RuntimeOptionError
+
 
 def prepare_grads(chain: torch.nn.Module, grads_to_none: bool) -> None:
     """Gradients as a step starts: None, or allocated and zeroed in place (static)."""
@@ -101,10 +103,12 @@ class Clock:
 
     def __init__(self, device: torch.device, timer: str = "wall") -> None:
         if timer not in TIMERS:
-            raise ValueError(f"timer must be one of {', '.join(TIMERS)}, got {timer!r}")
+            raise RuntimeOptionError(f"timer must be one of {', '.join(TIMERS)}, got {timer!r}")
         self.cuda = device.type == "cuda"
         if self.cuda and timer != "wall":
-            raise ValueError(f"timer: {timer!r} is for CPU devices; CUDA is timed with events")
+            raise RuntimeOptionError(
+                f"timer: {timer!r} is for CPU devices; CUDA is timed with events"
+            )
         self.device = device
         self._now = time.thread_time if timer == "thread" else time.perf_counter
 
@@ -129,7 +133,7 @@ def check_device(chain: nn.Module, device: torch.device) -> None:
     """Refuse a chain whose parameters are not on `device`."""
     for name, p in chain.named_parameters():
         if p.device != device and not (p.device.type == device.type and device.index is None):
-            raise ValueError(
+            raise DeviceError(
                 f"chain: parameter {name} must be on {device}, got {p.device}; "
                 "call chain.to(device) first"
             )
