@@ -27,10 +27,11 @@ import planopt  # noqa: E402
 from planopt import InvalidPlanError, Plan, ProfileMismatchError  # noqa: E402
 from planopt.plan import KEEP, RECOMPUTE, SWAP, need_indices  # noqa: E402
 from planopt.runtime import Chain, Executor, RecomputeError, reference_model  # noqa: E402
+from planopt.runtime.engines import copy_engine  # noqa: E402
 from planopt.runtime.layers import ReleasedError  # noqa: E402
 from planopt.runtime.models import REFERENCE_MODELS  # noqa: E402
 from planopt.runtime.profiler import profile  # noqa: E402
-from planopt.runtime.swap import CudaCopies, SyncCopies, copy_engine  # noqa: E402
+from planopt.runtime.swap import CudaCopies, SyncCopies  # noqa: E402
 from planopt.simulate import Scorer  # noqa: E402
 
 INSTANT = planopt.Device("instant", math.inf, math.inf, 0.0)

@@ -25,7 +25,6 @@ bitwise those of plain PyTorch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
@@ -35,6 +34,7 @@ from planopt.errors import InvalidPlanError, ProfileMismatchError, where
 from planopt.plan import Plan
 from planopt.profile import Device, Profile
 from planopt.runtime.chain import Chain, LossFn
+from planopt.runtime.engines import copy_engine
 from planopt.runtime.errors import BatchError, DeviceError, RuntimeOptionError
 from planopt.runtime.inputs import check_chain, check_choice, check_loss_fn
 from planopt.runtime.layers import LayerState, unpack
@@ -43,12 +43,13 @@ from planopt.runtime.recompute import (
     block_input,
     buffers_unchanged,
     capture,
+    collected,
     replay,
 )
 from planopt.runtime.stepplan import StepPlan, check_plan
 from planopt.runtime.steps import BackwardSteps
 from planopt.runtime.storage import Saves, static_keys, storage_key
-from planopt.runtime.swap import CopyEngine, copy_engine
+from planopt.runtime.swap import CopyEngine
 from planopt.runtime.threadcopies import CLOCKS
 from planopt.runtime.tracker import at, host_memory, regenerating
 
@@ -179,7 +180,7 @@ class Step:
             del base
             for j in range(first, top + 1):
                 saves = Saves(self.static, storage_key(h) if j > 0 else 0, frozenset())
-                with saved_tensors_hooks(_collector(saves), _never):
+                with collected(saves):
                     out = self.chain.run_layer(j, h, self.target, self.loss_fn)
                 self.layers[j].regenerated(saves, out)
                 if j == first and k >= 0:
@@ -212,17 +213,6 @@ class Step:
             complete=complete,
             held_at_end=sum(layer.held() for layer in self.layers),
         )
-
-
-def _collector(saves: Saves):
-    def pack(t: torch.Tensor) -> None:
-        saves.add(t)  # the block's own graph is never backpropagated: hold nothing
-
-    return pack
-
-
-def _never(_packed: Any) -> torch.Tensor:
-    raise RuntimeError("the graph built inside a recompute block is never backpropagated")
 
 
 _PLAIN_STATS = StepStats(0, 0, 0, 0, 0, None, None)

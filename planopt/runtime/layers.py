@@ -29,12 +29,13 @@ layer `i`. The owner's action decides what autograd holds:
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from planopt.errors import PlanoptError, where
 from planopt.plan import KEEP, RECOMPUTE, SWAP, Action
+from planopt.runtime.chain import Chain
 from planopt.runtime.recompute import RecomputeError
 from planopt.runtime.storage import (
     Saves,
@@ -45,10 +46,30 @@ from planopt.runtime.storage import (
     storage_nbytes,
     view_on,
 )
-from planopt.runtime.swap import DeviceCopy, HostCopy
+from planopt.runtime.swap import CopyEngine, DeviceCopy, HostCopy
 
-if TYPE_CHECKING:
-    from planopt.runtime.executor import Step
+
+class Step(Protocol):
+    """What a layer reads of its step (`planopt.runtime.executor.Step` is one).
+
+    A protocol, so that the executor imports this module and not the reverse.
+    """
+
+    chain: Chain
+    static: frozenset[int]
+    layers: list[LayerState]
+    out_read: list[bool]
+    bases: set[int]
+    device: torch.device
+
+    @property
+    def copies(self) -> CopyEngine: ...
+
+    def check_layer(self, layer: LayerState, saves: Saves) -> None: ...
+
+    def stats_copy_out(self, nbytes: int) -> None: ...
+
+    def stats_copy_back(self, nbytes: int) -> None: ...
 
 
 class ReleasedError(PlanoptError, RuntimeError):

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.autograd.graph import saved_tensors_hooks
 
 from planopt.errors import PlanoptError
-from planopt.runtime.storage import TensorMeta, view_on
+from planopt.runtime.storage import Saves, TensorMeta, view_on
 
 
 class RecomputeError(PlanoptError, RuntimeError):
@@ -107,6 +108,18 @@ def block_input(base: torch.Tensor, requires_grad: bool) -> torch.Tensor:
         return h
     anchor = torch.empty(0, device=base.device, requires_grad=True)  # no storage
     return _Alias.apply(h, anchor)
+
+
+def collected(saves: Saves) -> saved_tensors_hooks:
+    """Inside a block: record what each forward saves, and let its graph hold nothing."""
+
+    def pack(t: torch.Tensor) -> None:
+        saves.add(t)  # the block's own graph is never backpropagated
+
+    def never(_packed: object) -> torch.Tensor:
+        raise RuntimeError("the graph built inside a recompute block is never backpropagated")
+
+    return saved_tensors_hooks(pack, never)
 
 
 @contextlib.contextmanager
