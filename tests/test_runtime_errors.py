@@ -20,7 +20,7 @@ from torch.nn import functional as F  # noqa: E402
 
 import planopt  # noqa: E402
 from planopt import InvalidPlanError, Plan, PlanoptError  # noqa: E402
-from planopt.plan import RECOMPUTE  # noqa: E402
+from planopt.plan import KEEP, RECOMPUTE  # noqa: E402
 from planopt.runtime import Chain, Executor, check, measure, profile, trace_profile  # noqa: E402
 from planopt.runtime.errors import (  # noqa: E402
     BatchError,
@@ -105,12 +105,13 @@ CASES = {
     "profile with loss_fn=None": (
         lambda: profile(setup()[0], setup()[1], None, link=INSTANT),
         LossFnError,
-        r"profile: loss_fn must be a callable \(output, target\) -> scalar loss, got None",
+        r"profile: the chain's last layer \(loss_fn is None\) must return a scalar loss, "
+        r"got a tensor of shape \(5, 3\)",
     ),
     "measure with loss_fn=None": (
-        lambda: measure(setup()[0], Plan.keep_all(setup()[2]), setup()[1], None),
+        lambda: measure(setup()[0], Plan.build([KEEP] * 3), setup()[1], None),
         LossFnError,
-        r"measure: loss_fn must be a callable .* got None",
+        r"measure: the chain's last layer \(loss_fn is None\) must return a scalar loss",
     ),
     "a loss that is not a scalar": (
         lambda: profile(
@@ -121,6 +122,11 @@ CASES = {
         ),
         LossFnError,
         r"layer 2 \(linear2\): loss_fn must return a scalar loss, got a tensor of shape \(5,\)",
+    ),
+    "a loss_fn that is not callable": (
+        lambda: profile(setup()[0], setup()[1], "cross_entropy", link=INSTANT),
+        LossFnError,
+        r"profile: loss_fn must be a callable .* got 'cross_entropy'",
     ),
     "profile of a non-Chain": (
         lambda: profile(nn.Sequential(nn.Linear(4, 3)), setup()[1], F.cross_entropy, link=INSTANT),

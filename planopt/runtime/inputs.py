@@ -47,20 +47,23 @@ def check_batch(batch: Any, fn: str) -> tuple[torch.Tensor, torch.Tensor]:
     return batch[0], batch[1]
 
 
-def check_loss_fn(loss_fn: Any, fn: str) -> Callable:
-    if not callable(loss_fn):
+def check_loss_fn(loss_fn: Any, fn: str) -> Callable | None:
+    """A callable, or None when the chain's last layer returns the loss itself."""
+    if loss_fn is not None and not callable(loss_fn):
         raise LossFnError(
-            f"{fn}: loss_fn must be a callable (output, target) -> scalar loss, got {show(loss_fn)}"
+            f"{fn}: loss_fn must be a callable (output, target) -> scalar loss, or None "
+            f"when the chain's last layer returns the loss, got {show(loss_fn)}"
         )
     return loss_fn
 
 
-def check_loss(loss: torch.Tensor, where_: str) -> None:
-    """The fused loss must be one number, which backward() starts from."""
+def check_loss(loss: torch.Tensor, loss_fn: Callable | None, fn: str) -> None:
+    """What a step's backward starts from must be one number."""
     if loss.numel() != 1:
+        what = "loss_fn" if loss_fn is not None else "the chain's last layer (loss_fn is None)"
         raise LossFnError(
-            f"{where_}: loss_fn must return a scalar loss, got a tensor of shape "
-            f"{tuple(loss.shape)} (reduce it, e.g. reduction='mean')"
+            f"{fn}: {what} must return a scalar loss, got a tensor of shape "
+            f"{tuple(loss.shape)}; pass loss_fn=(output, target) -> scalar, or reduce it"
         )
 
 

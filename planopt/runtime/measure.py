@@ -33,7 +33,7 @@ from planopt.plan import Plan
 from planopt.profile import Device, Profile
 from planopt.runtime.chain import Chain, LossFn
 from planopt.runtime.executor import Executor, StepStats
-from planopt.runtime.inputs import check_batch, check_chain, check_count, check_loss_fn
+from planopt.runtime.inputs import check_batch, check_chain, check_count, check_loss, check_loss_fn
 from planopt.runtime.memory import static_bytes
 from planopt.runtime.profiler import GRADS_TO_NONE_NOTE
 from planopt.runtime.storage import storage_nbytes
@@ -141,6 +141,7 @@ def measure(
     def step() -> torch.Tensor:
         with executor:
             loss = executor(x, y)
+            check_loss(loss, loss_fn, "measure")
             loss.backward()
         executor.synchronize()  # the makespan is the end of the last copy too
         return loss.detach()
@@ -207,7 +208,8 @@ def plain_step_seconds(
     )
 
     def step() -> torch.Tensor:
-        loss = chain.loss(x, y, loss_fn)
+        loss = chain.loss(x, y, loss_fn) if loss_fn is not None else chain(x)
+        check_loss(loss, loss_fn, "plain_step_seconds")
         loss.backward()
         return loss
 
