@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.autograd.graph import saved_tensors_hooks
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from planopt.errors import PlanoptError
 from planopt.runtime.storage import Saves, TensorMeta, view_on
@@ -122,21 +123,42 @@ def collected(saves: Saves) -> saved_tensors_hooks:
     return saved_tensors_hooks(pack, never)
 
 
+_RUNNING = ("running_mean", "running_var", "num_batches_tracked")
+
+
 @contextlib.contextmanager
 def buffers_unchanged(modules: Sequence[nn.Module]) -> Iterator[None]:
-    """Undo in-place buffer updates (batch-norm statistics) made inside the block."""
-    buffers = [b for m in modules for b in m.buffers()]
-    # The snapshot is held in host memory while the block runs: on a GPU that
-    # is the host's RAM, outside the device; on CPU host and device are the
-    # same RAM, so there it is device memory and the tracker counts it (a few
-    # bytes per channel, which the cost model leaves out).
-    saved = [b.detach().to("cpu", copy=True) for b in buffers]
+    """Leave the buffers the block's layers update (batch-norm statistics) as they were.
+
+    A batch norm in training mode runs the block without its running
+    statistics: its output comes from the batch's statistics either way, so
+    it is the forward's, nothing is updated a second time and nothing is
+    held. Any other buffer is restored from a snapshot held in host memory
+    while the block runs: on a GPU the host's RAM, outside the device; on
+    CPU the same RAM as the device, so the tracker counts it (the cost
+    model does not: keep buffers a recomputed layer updates small).
+    """
+    unhooked: list[tuple[nn.Module, str, torch.Tensor]] = []
+    for module in modules:
+        for sub in module.modules():
+            if isinstance(sub, _BatchNorm) and sub.training and sub.track_running_stats:
+                for name in _RUNNING:
+                    buffer = sub._buffers.get(name)
+                    if buffer is not None:
+                        unhooked.append((sub, name, buffer))
+                        sub._buffers[name] = None
     try:
-        yield
+        buffers = [b for m in modules for b in m.buffers()]
+        saved = [b.detach().to("cpu", copy=True) for b in buffers]
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for buf, value in zip(buffers, saved, strict=True):
+                    buf.copy_(value)
     finally:
-        with torch.no_grad():
-            for buf, value in zip(buffers, saved, strict=True):
-                buf.copy_(value)
+        for sub, name, buffer in unhooked:
+            sub._buffers[name] = buffer
 
 
 @dataclass(frozen=True, slots=True)
