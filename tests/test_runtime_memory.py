@@ -174,6 +174,9 @@ def test_a_fresh_optimizer_state_is_measured_as_the_profile_counted_it(to_none):
     if not to_none:
         within_tolerance(predicted, measured.peak_bytes)
     assert measured.peak_categories.get("optimizer state", 0) > 0
+    # The profile's estimate of the fresh state (two moments and a step
+    # counter per parameter) is the state as allocated.
+    assert measured.static_bytes == prof.static_bytes
     assert not opt.state  # still fresh
     for p, value, grad in zip(ref.chain.parameters(), params, grads, strict=True):
         assert torch.equal(p, value)
