@@ -199,7 +199,12 @@ def test_static_bytes_are_parameters_gradients_buffers_optimizer_batch_and_loss(
     prof = profile(ref.chain, (x, y), ref.loss_fn, iterations=1, warmup=0, link=LINK)
     assert prof.static_bytes == 2 * params + buffers + batch + loss
     adam = torch.optim.Adam(ref.chain.parameters())
-    assert static_bytes(ref.chain, (x, y), adam).optimizer == 2 * params  # before its first step
+    # Before its first step: two moments and a float32 step counter per parameter (on CPU).
+    tensors = len(list(ref.chain.parameters()))
+    assert static_bytes(ref.chain, (x, y), adam).optimizer == 2 * params + 4 * tensors
+    ref.chain.loss(x, y, ref.loss_fn).backward()
+    adam.step()
+    assert static_bytes(ref.chain, (x, y), adam).optimizer == 2 * params + 4 * tensors
     sgd = torch.optim.SGD(ref.chain.parameters(), lr=0.1, momentum=0.9)
     assert static_bytes(ref.chain, (x, y), sgd).optimizer == params
     assert static_bytes(ref.chain, (x, y), torch.optim.SGD(ref.chain.parameters())).optimizer == 0
