@@ -230,6 +230,18 @@ CASES = {
         BatchError,
         r"Executor: inputs must be a tensor, got tuple",
     ),
+    "a fresh optimizer whose step needs a closure": (
+        lambda: measure(
+            setup()[0],
+            Plan.keep_all(setup()[2]),
+            setup()[1],
+            F.cross_entropy,
+            profile=setup()[2],
+            optimizer=torch.optim.LBFGS(setup()[0].parameters()),
+        ),
+        RuntimeOptionError,
+        r"optimizer: a fresh LBFGS must be stepped once before it is measured",
+    ),
     "an unknown reference model": (
         lambda: reference_model("alexnet"),
         RuntimeOptionError,

@@ -67,6 +67,15 @@ def optimizer_state(
     if not fresh:
         yield optimizer
         return
+    try:
+        _first_step(optimizer)
+        yield optimizer
+    finally:
+        optimizer.state.clear()
+
+
+def _first_step(optimizer: torch.optim.Optimizer) -> None:
+    """One step on zero gradients, for its state; parameters and gradients put back."""
     params = [p for group in optimizer.param_groups for p in group["params"]]
     with torch.no_grad():
         values = [p.detach().clone() for p in params]
@@ -76,15 +85,18 @@ def optimizer_state(
             if p.requires_grad:
                 p.grad = torch.zeros_like(p)
         optimizer.step()
+    except TypeError as exc:  # LBFGS and the like: step(closure) only
+        raise RuntimeOptionError(
+            f"optimizer: a fresh {type(optimizer).__name__} must be stepped once before it "
+            "is measured (its state does not exist yet, and its step needs a closure), got "
+            "one with no state"
+        ) from exc
+    finally:
         with torch.no_grad():
             for p, value in zip(params, values, strict=True):
                 p.copy_(value)
         for p, grad in zip(params, grads, strict=True):
             p.grad = grad
-        del values, grads
-        yield optimizer
-    finally:
-        optimizer.state.clear()
 
 
 TIMERS = ("wall", "thread")
