@@ -2,13 +2,15 @@
 
     python -m experiments.bench_fidelity        # results/fidelity_memory.md (+ .json, figure)
 
-For every model (the reference models at `tiny` and `small`; GPT-2 and
+For every model (issue 25's conv-BN net; the reference models at `tiny` and `small`; GPT-2 and
 Llama built from a config when `transformers` is installed; torchvision
 where it imports), on CPU:
 
 1. profile it (`planopt.runtime.profile`, link given as instantaneous: the
    CPU copy engine's copies end when they start);
-2. plans: keep-all, `--random` random valid plans (seeded), and every
+2. plans: keep-all, `--random` random valid plans (seeded), a plan with
+   a recompute run of every shape (`run_shape_plans`: length 1..4 at the
+   bottom, middle and top, swaps beside or not), and every
    planning method's plan at each budget (70/50/30% of keep-all activation
    memory). Methods plan on the same profile with a link as slow as the
    model's activations over its step time, so that swapping is not free and
@@ -49,11 +51,11 @@ import planopt
 from planopt import registry
 from planopt.errors import PlanoptError
 from planopt.plan import KEEP, RECOMPUTE, SWAP, Plan, need_indices
-from planopt.runtime import reference_model
+from planopt.runtime import Chain, reference_model
 from planopt.runtime.check import peak_operation
 from planopt.runtime.hf import HF_MODELS, hf_available, hf_model
 from planopt.runtime.measure import measure
-from planopt.runtime.models import REFERENCE_MODELS
+from planopt.runtime.models import REFERENCE_MODELS, ReferenceModel, classification_loss
 from planopt.runtime.profiler import profile_with_release
 from planopt.schedule import OP_KINDS, OpKind, Schedule
 
@@ -105,6 +107,8 @@ class Row:
 def models(sizes: list[str], names: list[str] | None) -> tuple[list, list[str]]:
     """The models to run and notes on the ones that could not be built."""
     out, notes = [], []
+    if names is None or "conv-bn" in names:
+        out.append(conv_bn_model())
     for size in sizes:
         for name in REFERENCE_MODELS:
             if names is None or name in names:
@@ -137,6 +141,57 @@ def random_plan(rng: random.Random, prof: planopt.Profile) -> Plan:
             if i < n - 1 and rng.random() < 0.3:
                 wait[i] = rng.randint(i + 1, n - 1)
     return Plan.build(acts, prefetch, wait, profile=prof)
+
+
+def run_shape_plans(prof: planopt.Profile, longest: int = 4) -> list[Plan]:
+    """Plans with one recompute run of every shape: length 1..`longest`,
+    starting at every layer (the bottom, each place in the middle, the top),
+    with keeps beside it, the layer below swapped, and both neighbours
+    swapped (copies back at their latest step, `need(i)`). Random and method
+    plans rarely hold a run of two or more layers whose base has no other
+    reader, where a base held too long showed (issue 25)."""
+    n = len(prof)
+    out: dict[str, Plan] = {}
+    for length in range(1, min(longest, n) + 1):
+        for first in range(n - length + 1):
+            top = first + length - 1
+            for beside in ((), (first - 1,), (first - 1, top + 1)):
+                acts = [KEEP] * n
+                for i in range(first, top + 1):
+                    acts[i] = RECOMPUTE
+                for i in beside:
+                    if 0 <= i < n:
+                        acts[i] = SWAP
+                need = need_indices(acts, prof)
+                prefetch = [need[i] if a is SWAP else None for i, a in enumerate(acts)]
+                plan = Plan.build(acts, prefetch, profile=prof)
+                out.setdefault("".join(a.value[0] for a in acts), plan)
+    return list(out.values())
+
+
+def conv_bn_model() -> ReferenceModel:
+    """Issue 25's net: per-operator layers, batch-norm, a run's base of 4 MiB."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        chain = Chain.from_modules(
+            [
+                torch.nn.Conv2d(3, 32, 3, padding=1),
+                torch.nn.BatchNorm2d(32),
+                torch.nn.ReLU(),
+                torch.nn.Conv2d(32, 64, 3, padding=1),
+                torch.nn.BatchNorm2d(64),
+                torch.nn.ReLU(),
+                torch.nn.MaxPool2d(2),
+                torch.nn.Conv2d(64, 64, 3, padding=1),
+                torch.nn.ReLU(),
+                torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16384, 10)),
+            ]
+        )
+
+    def make(gen: torch.Generator, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.randn(b, 3, 32, 32, generator=gen), torch.randint(10, (b,), generator=gen)
+
+    return ReferenceModel("conv-bn", "issue 25", chain, classification_loss, 16, make)
 
 
 def planning_link(prof: planopt.Profile) -> planopt.Device:
@@ -202,6 +257,7 @@ def run_model(ref, args, regime: str, rows: list[Row], skipped: list[str]) -> No
     rng = random.Random(args.seed)
     plans: list[tuple[str, str | None, Plan]] = [("keep-all", None, Plan.keep_all(prof))]
     plans += [("random", None, random_plan(rng, prof)) for _ in range(args.random)]
+    plans += [("run shape", None, plan) for plan in run_shape_plans(prof)]
     for method, percent, plan, note in method_plans(prof, args.budgets, args.seed):
         if plan is None:
             skipped.append(f"{name}: {method} at {percent}: {note}")
@@ -339,7 +395,7 @@ def render(rows: list[Row], skipped: list[str], notes: list[str], header: list[s
                     f"| {r.model} | {what}: {r.plan} | {_pct(r.error)} | {r.predicted_at} | "
                     f"{r.measured_at} | {held} | {r.cause} |"
                 )
-    methods = sorted({r.kind for r in rows} - {"keep-all", "random"})
+    methods = sorted({r.kind for r in rows} - {"keep-all", "random", "run shape"})
     lines += [
         "",
         "## Methods",

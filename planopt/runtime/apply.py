@@ -39,6 +39,7 @@ from planopt.errors import InvalidPlanError, PlanoptError, ProfileMismatchError,
 from planopt.plan import KEEP, RECOMPUTE, SWAP, Plan
 from planopt.profile import Device, Profile
 from planopt.runtime.applystep import PlanStep
+from planopt.runtime.errors import RuntimeInputError, RuntimeOptionError
 from planopt.runtime.hostcopies import host_engine
 from planopt.runtime.inplace import InPlaceProfile
 from planopt.runtime.measure import grads_regime
@@ -101,25 +102,27 @@ class PlanHandle:
         check_regime: str = "warn",
     ) -> None:
         if not isinstance(model, nn.Module):
-            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+            raise RuntimeInputError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         if not isinstance(plan, Plan):
-            raise TypeError(f"plan must be a planopt.Plan, got {type(plan).__name__}")
+            raise RuntimeInputError(f"plan must be a planopt.Plan, got {type(plan).__name__}")
         if isinstance(profile, InPlaceProfile):
             prof, to_none = profile.profile, profile.grads_to_none
             blocks = profile.blocks if blocks is None else blocks
         elif isinstance(profile, Profile):
             prof, to_none = profile, grads_regime(profile, None)
         else:
-            raise TypeError(
+            raise RuntimeInputError(
                 f"profile must be a planopt.runtime.InPlaceProfile or a planopt.Profile, got "
                 f"{type(profile).__name__}"
             )
         if check_regime not in REGIME_CHECKS:
-            raise ValueError(
+            raise RuntimeOptionError(
                 f"check_regime must be one of {', '.join(REGIME_CHECKS)}, got {check_regime!r}"
             )
         if link_clock not in CLOCKS:
-            raise ValueError(f"link_clock must be one of {', '.join(CLOCKS)}, got {link_clock!r}")
+            raise RuntimeOptionError(
+                f"link_clock must be one of {', '.join(CLOCKS)}, got {link_clock!r}"
+            )
         try:
             found = find_model_blocks(model, blocks)
         except BlockError as exc:

@@ -47,12 +47,13 @@ from torch.utils.checkpoint import noop_context_fn
 from planopt.errors import PlanoptError
 from planopt.plan import RECOMPUTE, SWAP
 from planopt.runtime.checkpointing import Trigger, buffers_kept, checkpoint_region, sac_context
+from planopt.runtime.errors import StepUsageError
 from planopt.runtime.regions import call_tensors, first_tensor, with_hidden, without_hidden
 from planopt.runtime.steps import BackwardSteps
 from planopt.runtime.storage import TensorMeta, byte_view, plain, storage_key, view_on
 
 if TYPE_CHECKING:
-    from planopt.runtime.apply import PlanHandle
+    from planopt.runtime.stepowner import PlanHandle
 
 
 class PlanCallError(PlanoptError, RuntimeError):
@@ -256,7 +257,7 @@ class PlanStep:
             return packed
         packed.owner.wait_back()
         if packed.tensor is None:
-            raise RuntimeError(
+            raise StepUsageError(
                 f"planopt apply: a saved tensor of layer {packed.owner.index} was released or "
                 "not yet copied back or regenerated; a plan supports one backward per forward "
                 "(no retain_graph)"

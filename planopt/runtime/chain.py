@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 from torch import nn
 
+from planopt.runtime.errors import ChainError, LossFnError
 from planopt.runtime.fusion import fuse_pass_through
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -64,27 +65,27 @@ class Chain(nn.Module):
         super().__init__()
         layers = list(layers)
         if not layers:
-            raise ValueError("chain: layers must hold at least one module, got 0")
+            raise ChainError("chain: layers must hold at least one module, got 0")
         for i, layer in enumerate(layers):
             if not isinstance(layer, nn.Module):
-                raise TypeError(f"layer {i}: must be an nn.Module, got {type(layer).__name__}")
+                raise ChainError(f"layer {i}: must be an nn.Module, got {type(layer).__name__}")
         names = [str(i) for i in range(len(layers))] if names is None else list(names)
         if len(names) != len(layers):
-            raise ValueError(
+            raise ChainError(
                 f"chain: names must have one entry per layer ({len(layers)}), got {len(names)}"
             )
         seen: dict[str, int] = {}
         for i, name in enumerate(names):
             if not isinstance(name, str) or not name:
-                raise ValueError(f"layer {i}: name must be a non-empty string, got {name!r}")
+                raise ChainError(f"layer {i}: name must be a non-empty string, got {name!r}")
             if name in seen:
-                raise ValueError(
+                raise ChainError(
                     f"layer {i}: name must be unique, got {name!r} (also layer {seen[name]})"
                 )
             seen[name] = i
         signatures = None if signatures is None else list(signatures)
         if signatures is not None and len(signatures) != len(layers):
-            raise ValueError(
+            raise ChainError(
                 f"chain: signatures must have one entry per layer ({len(layers)}), "
                 f"got {len(signatures)}"
             )
@@ -171,8 +172,13 @@ class Chain(nn.Module):
         out = self.layers[i](x)
         if loss_fn is not None and i == len(self.layers) - 1:
             out = loss_fn(out, target)
+            if isinstance(out, torch.Tensor) and out.numel() != 1:
+                raise LossFnError(
+                    f"layer {i} ({self.names[i]}): loss_fn must return a scalar loss, got a "
+                    f"tensor of shape {tuple(out.shape)} (reduce it, e.g. reduction='mean')"
+                )
         if not isinstance(out, torch.Tensor):
-            raise TypeError(
+            raise ChainError(
                 f"layer {i} ({self.names[i]}): must return one tensor, got {type(out).__name__}"
             )
         return out

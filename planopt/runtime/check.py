@@ -27,6 +27,7 @@ from planopt.profile import Profile
 from planopt.report import human_bytes, human_seconds, table
 from planopt.runtime.chain import Chain, LossFn
 from planopt.runtime.executor import Executor
+from planopt.runtime.inputs import check_batch, check_count
 from planopt.runtime.measure import Measurement, grads_regime, measure
 from planopt.runtime.training import prepare_grads, restored
 from planopt.schedule import OP_KINDS, OpKind, Schedule
@@ -130,10 +131,9 @@ def check(
     grads_to_none: bool | None = None,
 ) -> CheckReport:
     """Predicted against measured peak and phase times of `plan` (see the module doc)."""
-    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
-        raise ValueError(f"iterations must be an integer >= 1, got {iterations!r}")
+    check_count("iterations", iterations, 1, "check")
+    x, y = check_batch(batch, "check")
     schedule = simulate(profile, plan)
-    x, y = batch
     if device is None:
         device = next((p.device for p in chain.parameters()), x.device)
     device = torch.device(device)

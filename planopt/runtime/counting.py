@@ -14,17 +14,15 @@ import weakref
 import torch
 from torch.autograd.graph import saved_tensors_hooks
 
-from planopt.errors import PlanoptError, where
+from planopt.errors import where
 from planopt.runtime.chain import Chain, LossFn
 from planopt.runtime.counts import Counts
+from planopt.runtime.errors import ChainError
+from planopt.runtime.inputs import check_loss
 from planopt.runtime.steps import BackwardSteps
 from planopt.runtime.storage import Saves, plain, static_keys, storage_key, storage_nbytes
 from planopt.runtime.tracker import LiveMemory, MemoryProbe, at, device_bytes
 from planopt.runtime.training import Clock
-
-
-class ChainError(PlanoptError, ValueError):
-    """A chain layer does something the cost model cannot describe."""
 
 
 class TrainingStep:
@@ -50,9 +48,13 @@ class TrainingStep:
         cast weight outlives its layer only where the layer saves it.
         """
         if self.autocast is None:
-            return self.chain.run_layer(i, h, self.y, self.loss_fn)
-        with torch.autocast(h.device.type, dtype=self.autocast):
-            return self.chain.run_layer(i, h, self.y, self.loss_fn)
+            out = self.chain.run_layer(i, h, self.y, self.loss_fn)
+        else:
+            with torch.autocast(h.device.type, dtype=self.autocast):
+                out = self.chain.run_layer(i, h, self.y, self.loss_fn)
+        if i == self.n - 1:
+            check_loss(out, self.loss_fn, "profile")  # the step's backward starts here
+        return out
 
     def timed(self, clock: Clock) -> tuple[list[float], list[float]]:
         """Per-layer forward and backward seconds of one step."""

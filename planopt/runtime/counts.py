@@ -10,6 +10,7 @@ import torch
 
 from planopt.profile import Layer
 from planopt.runtime.chain import Chain
+from planopt.runtime.errors import RuntimeOptionError
 
 
 class Counts:
@@ -68,6 +69,6 @@ def autocast_note(autocast: torch.dtype | None) -> str:
 
 def check_autocast(autocast: torch.dtype | None) -> None:
     if autocast not in (None, torch.bfloat16, torch.float16):
-        raise ValueError(
+        raise RuntimeOptionError(
             f"autocast must be None, torch.bfloat16 or torch.float16, got {autocast!r}"
         )

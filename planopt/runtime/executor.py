@@ -25,7 +25,6 @@ bitwise those of plain PyTorch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
@@ -35,12 +34,22 @@ from planopt.errors import InvalidPlanError, ProfileMismatchError, where
 from planopt.plan import Plan
 from planopt.profile import Device, Profile
 from planopt.runtime.chain import Chain, LossFn
+from planopt.runtime.engines import copy_engine
+from planopt.runtime.errors import BatchError, DeviceError, RuntimeOptionError
+from planopt.runtime.inputs import check_chain, check_choice, check_loss_fn
 from planopt.runtime.layers import LayerState, unpack
-from planopt.runtime.recompute import ForwardState, buffers_unchanged, capture, replay
+from planopt.runtime.recompute import (
+    ForwardState,
+    block_input,
+    buffers_unchanged,
+    capture,
+    collected,
+    replay,
+)
 from planopt.runtime.stepplan import StepPlan, check_plan
 from planopt.runtime.steps import BackwardSteps
 from planopt.runtime.storage import Saves, static_keys, storage_key
-from planopt.runtime.swap import CopyEngine, copy_engine
+from planopt.runtime.swap import CopyEngine
 from planopt.runtime.threadcopies import CLOCKS
 from planopt.runtime.tracker import at, host_memory, regenerating
 
@@ -124,7 +133,8 @@ class Step:
             if i in sched.bases:
                 self.base_requires_grad[i] = out.requires_grad
             if i > 0:
-                layers[i - 1].end_forward_use(h._version)  # end of F_i: x_i's forward use
+                # end of F_i: x_i's forward use
+                layers[i - 1].end_forward_use(h._version, layer.action)
             self.steps.watch(i, out)
             h = out
         self.executor._verified()
@@ -156,10 +166,6 @@ class Step:
             base, requires_grad = self.x, self.x.requires_grad
         else:
             base, requires_grad = self.layers[k].base(), self.base_requires_grad[k]
-        # The block must save what the forward saved, and what an operator
-        # saves depends on which inputs require grad.
-        h = base.detach().requires_grad_(requires_grad)
-        del base
         modules = [self.chain.layers[j] for j in range(first, top + 1)]
         with (
             replay(self.states[first]),
@@ -167,9 +173,14 @@ class Step:
             torch.enable_grad(),
             regenerating(),
         ):
+            # The block must save what the forward saved, and what an operator
+            # saves depends on which inputs require grad; nothing but `h` may
+            # hold the base, which goes once the block's first forward is done.
+            h = block_input(base, requires_grad)
+            del base
             for j in range(first, top + 1):
                 saves = Saves(self.static, storage_key(h) if j > 0 else 0, frozenset())
-                with saved_tensors_hooks(_collector(saves), _never):
+                with collected(saves):
                     out = self.chain.run_layer(j, h, self.target, self.loss_fn)
                 self.layers[j].regenerated(saves, out)
                 if j == first and k >= 0:
@@ -202,17 +213,6 @@ class Step:
             complete=complete,
             held_at_end=sum(layer.held() for layer in self.layers),
         )
-
-
-def _collector(saves: Saves):
-    def pack(t: torch.Tensor) -> None:
-        saves.add(t)  # the block's own graph is never backpropagated: hold nothing
-
-    return pack
-
-
-def _never(_packed: Any) -> torch.Tensor:
-    raise RuntimeError("the graph built inside a recompute block is never backpropagated")
 
 
 _PLAIN_STATS = StepStats(0, 0, 0, 0, 0, None, None)
@@ -250,10 +250,18 @@ class Executor(nn.Module):
         link_clock: str = "wall",
     ) -> None:
         super().__init__()
-        if not isinstance(chain, Chain):
-            raise TypeError(f"chain must be a planopt.runtime.Chain, got {type(chain).__name__}")
+        check_chain(chain, "Executor")
         if not isinstance(plan, Plan):
-            raise TypeError(f"plan must be a planopt.Plan, got {type(plan).__name__}")
+            hint = (
+                " (a Solution without a plan: its status says why, e.g. infeasible)"
+                if plan is None
+                else ""
+            )
+            raise InvalidPlanError(
+                f"Executor: plan must be a planopt.Plan, got {type(plan).__name__}{hint}"
+            )
+        if loss_fn is not None:
+            check_loss_fn(loss_fn, "Executor")
         check_plan(chain, plan, profile)
         self.chain = chain
         self.plan = plan
@@ -267,9 +275,10 @@ class Executor(nn.Module):
                 "where a recompute block runs"
             )
         if link is not None and not isinstance(link, Device):
-            raise TypeError(f"link must be a planopt.Device, got {type(link).__name__}")
-        if link_clock not in CLOCKS:
-            raise ValueError(f"link_clock must be one of {', '.join(CLOCKS)}, got {link_clock!r}")
+            raise RuntimeOptionError(
+                f"Executor: link must be a planopt.Device, got {type(link).__name__}"
+            )
+        check_choice("link_clock", link_clock, CLOCKS, "Executor")
         self.link = link
         self.link_clock = link_clock
         self._verify = profile is not None and verify
@@ -294,8 +303,21 @@ class Executor(nn.Module):
             engine.synchronize()
 
     def forward(self, x: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor:
-        if self.loss_fn is not None and target is None:
-            raise ValueError("executor: target is required when the executor has a loss_fn")
+        if not isinstance(x, torch.Tensor):
+            raise BatchError(
+                f"Executor: inputs must be a tensor, got {type(x).__name__}; call "
+                "executor(x, y) with the batch's two tensors"
+            )
+        if self.loss_fn is not None and not isinstance(target, torch.Tensor):
+            raise BatchError(
+                "Executor: target must be a tensor when the executor has a loss_fn, got "
+                f"{type(target).__name__}; call executor(x, y)"
+            )
+        device = _device_of(self.chain, x)
+        if x.device != device:
+            raise DeviceError(
+                f"Executor: inputs must be on the parameters' device {device}, got {x.device}"
+            )
         if self._step is not None:
             self._step.abort()  # a forward without backward: release it
         if not torch.is_grad_enabled():

@@ -40,7 +40,6 @@ from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from planopt.errors import PlanoptError
 from planopt.hardware import GPU, TFLOP
 from planopt.hardware import gpu as gpu_named
 from planopt.profile import Profile
@@ -48,6 +47,8 @@ from planopt.runtime.attention import gpu_attention
 from planopt.runtime.chain import Chain, LossFn
 from planopt.runtime.counting import TrainingStep
 from planopt.runtime.counts import autocast_note, chain_layers, check_autocast
+from planopt.runtime.errors import RuntimeOptionError
+from planopt.runtime.inputs import check_batch, check_chain, check_loss_fn
 from planopt.runtime.memory import static_bytes
 from planopt.runtime.profiler import GRADS_TO_NONE_NOTE
 from planopt.runtime.roofline import RooflineMode
@@ -137,13 +138,18 @@ def trace_profile(
     the batch may be real or fake. `gpu`: a `planopt.hardware.GPU` or its
     name. `autocast`, `grads_to_none`, `optimizer`: as for `profile`.
     """
-    if not isinstance(chain, Chain):
-        raise TypeError(f"chain must be a planopt.runtime.Chain, got {type(chain).__name__}")
+    check_chain(chain, "trace_profile")
+    check_batch(sample_batch, "trace_profile")
+    check_loss_fn(loss_fn, "trace_profile")
     record = gpu_named(gpu) if isinstance(gpu, str) else gpu
     if not isinstance(record, GPU):
-        raise TypeError(f"gpu must be a planopt.hardware.GPU or its name, got {gpu!r}")
+        raise RuntimeOptionError(
+            f"trace_profile: gpu must be a planopt.hardware.GPU or its name, got {gpu!r}"
+        )
     if memory_as not in MEMORY_AS:
-        raise PlanoptError(f"memory_as must be one of {', '.join(MEMORY_AS)}, got {memory_as!r}")
+        raise RuntimeOptionError(
+            f"memory_as must be one of {', '.join(MEMORY_AS)}, got {memory_as!r}"
+        )
     check_autocast(autocast)
     mode, built_fake = _fake_mode(chain)
     on_gpu = memory_as == "gpu"

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from planopt.runtime.chain import Chain
+from planopt.runtime.errors import RuntimeOptionError
 from planopt.runtime.models import ReferenceModel, lm_loss
 
 HF_MODELS = ("gpt2", "llama")
@@ -219,9 +220,9 @@ def bert_chain(vocab: int, d: int, heads: int, layers: int, seq: int) -> Chain:
 def hf_model(name: str, size: str = "tiny", *, seed: int = 0) -> ReferenceModel:
     """One of `HF_MODELS` at `tiny` or `small`, random weights from `seed`."""
     if name not in _CONFIGS:
-        raise ValueError(f"model must be one of {', '.join(HF_MODELS)}, got {name!r}")
+        raise RuntimeOptionError(f"model must be one of {', '.join(HF_MODELS)}, got {name!r}")
     if size not in _CONFIGS[name]:
-        raise ValueError(f"size must be one of {', '.join(_CONFIGS[name])}, got {size!r}")
+        raise RuntimeOptionError(f"size must be one of {', '.join(_CONFIGS[name])}, got {size!r}")
     if not hf_available():
         raise ImportError(
             "hf_model: needs the transformers package (pip install 'planopt[models]')"

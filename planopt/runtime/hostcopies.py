@@ -21,7 +21,8 @@ import torch
 from torch.utils._mode_utils import no_dispatch
 
 from planopt.profile import Device
-from planopt.runtime.swap import CopyEngine, Direction, SyncCopies, copy_engine
+from planopt.runtime.engines import copy_engine
+from planopt.runtime.swap import CopyEngine, Direction, SyncCopies
 from planopt.runtime.threadcopies import ThreadCopies
 
 

@@ -35,6 +35,7 @@ from torch import nn
 
 from planopt.errors import UnsupportedProfileError
 from planopt.profile import Device, Layer, Profile
+from planopt.runtime.errors import RuntimeOptionError
 from planopt.runtime.inplacestep import InstrumentedStep
 from planopt.runtime.link import measure_cuda_link
 from planopt.runtime.memory import static_bytes
@@ -119,7 +120,7 @@ def profile_in_place(
     frees = _backward_frees() if signed_scratch else None
     for what, value, low in (("iterations", iterations, 1), ("warmup", warmup, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{what} must be an integer >= {low}, got {value!r}")
+            raise RuntimeOptionError(f"{what} must be an integer >= {low}, got {value!r}")
     found = find_model_blocks(model, blocks)
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     cuda = device.type == "cuda"

@@ -29,12 +29,13 @@ layer `i`. The owner's action decides what autograd holds:
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
-from planopt.errors import where
-from planopt.plan import KEEP, SWAP, Action
+from planopt.errors import PlanoptError, where
+from planopt.plan import KEEP, RECOMPUTE, SWAP, Action
+from planopt.runtime.chain import Chain
 from planopt.runtime.recompute import RecomputeError
 from planopt.runtime.storage import (
     Saves,
@@ -45,13 +46,33 @@ from planopt.runtime.storage import (
     storage_nbytes,
     view_on,
 )
-from planopt.runtime.swap import DeviceCopy, HostCopy
-
-if TYPE_CHECKING:
-    from planopt.runtime.executor import Step
+from planopt.runtime.swap import CopyEngine, DeviceCopy, HostCopy
 
 
-class ReleasedError(RuntimeError):
+class Step(Protocol):
+    """What a layer reads of its step (`planopt.runtime.executor.Step` is one).
+
+    A protocol, so that the executor imports this module and not the reverse.
+    """
+
+    chain: Chain
+    static: frozenset[int]
+    layers: list[LayerState]
+    out_read: list[bool]
+    bases: set[int]
+    device: torch.device
+
+    @property
+    def copies(self) -> CopyEngine: ...
+
+    def check_layer(self, layer: LayerState, saves: Saves) -> None: ...
+
+    def stats_copy_out(self, nbytes: int) -> None: ...
+
+    def stats_copy_back(self, nbytes: int) -> None: ...
+
+
+class ReleasedError(PlanoptError, RuntimeError):
     """A saved tensor was asked for after the executor released it."""
 
 
@@ -206,25 +227,51 @@ class LayerState:
         step.stats_copy_out(sum(v.numel() for v in views))
 
     def _check_input_refs(self) -> None:
-        """The layer below's output must not change in place after it was copied or saved."""
+        """The layer below's output must not change in place after it was copied or saved.
+
+        Unless this layer is recomputed: its block runs the change again on the
+        value before it (the run's base, or the output the block regenerated)
+        and gives `B_i` the changed value, as the forward did.
+        """
+        if self.action is RECOMPUTE:
+            self.input_refs.clear()
+            return
         for ref in self.input_refs:
             below = ref.part.layer
             if ref.version != below.copied_version:
                 raise RecomputeError(
-                    f"{self.where}: a layer must not modify its input in place before "
-                    f"saving it when the layer below is {below.action.value} (its copy or "
-                    "its recomputation holds the value before the change)"
+                    f"{self.where}: a layer that modifies its input in place before saving "
+                    f"it must be recomputed, or the layer below kept, when the layer below "
+                    f"is {below.action.value}, got {self.action.value} (the copy or the "
+                    "recomputation of the layer below holds the value before the change)"
                 )
         self.input_refs.clear()
 
-    def end_forward_use(self, out_version: int) -> None:
-        """End of `F_{i+1}`: a read output was not modified in place meanwhile."""
-        read = self.step.out_read[self.index]
-        if read and self.action is not KEEP and out_version != self.copied_version:
+    def end_forward_use(self, out_version: int, above: Action) -> None:
+        """End of `F_{i+1}`: the output was not modified in place meanwhile, or may be.
+
+        A change by `F_{i+1}` is safe when layer `i+1` is recomputed and this
+        layer is swapped (the copy holds the value before the change, which
+        the block starts from) or recomputed in the same run (the block
+        regenerates it, then changes it again). Above a kept base the block
+        would start from the changed value: refused.
+        """
+        if out_version == self.copied_version:
+            return
+        if above is RECOMPUTE and self.action is KEEP:
+            upper = self.step.layers[self.index + 1]
+            raise RecomputeError(
+                f"{upper.where}: a layer that modifies its input in place must not start a "
+                f"recompute run above a kept layer ({self.where}): its block would run again "
+                "from the changed value; swap the layer below (its copy holds the value "
+                "before the change), recompute it too, or keep this layer"
+            )
+        if self.step.out_read[self.index] and self.action is not KEEP and above is not RECOMPUTE:
             raise RecomputeError(
                 f"{self.where}: output must not be modified in place by the next layer when "
-                f"this layer is {self.action.value} (its copy or recomputation holds the "
-                "value before the change)"
+                f"this layer is {self.action.value} and the next one is {above.value} (its "
+                "copy or recomputation holds the value before the change); recompute the "
+                "next layer too, or keep this one"
             )
 
     # -- backward -----------------------------------------------------------------

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from planopt.profile import Device
+from planopt.runtime.errors import CudaUnavailableError
 
 DEFAULT_SIZES = (1 << 20, 8 << 20, 32 << 20, 128 << 20)
 
@@ -31,7 +32,7 @@ def measure_cuda_link(
     """D2H and H2D bandwidth and latency of `device` with pinned host buffers (needs CUDA)."""
     device = torch.device(device)
     if device.type != "cuda" or not torch.cuda.is_available():
-        raise RuntimeError(
+        raise CudaUnavailableError(
             f"measure_cuda_link: needs a CUDA device, got {device} (torch.cuda.is_available() "
             f"is {torch.cuda.is_available()}); on CPU give the link as planopt.Device(...)"
         )

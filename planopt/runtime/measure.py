@@ -33,11 +33,12 @@ from planopt.plan import Plan
 from planopt.profile import Device, Profile
 from planopt.runtime.chain import Chain, LossFn
 from planopt.runtime.executor import Executor, StepStats
+from planopt.runtime.inputs import check_batch, check_chain, check_count, check_loss, check_loss_fn
 from planopt.runtime.memory import static_bytes
 from planopt.runtime.profiler import GRADS_TO_NONE_NOTE
 from planopt.runtime.storage import storage_nbytes
 from planopt.runtime.tracker import AllocatorProbe, LiveMemory, device_bytes
-from planopt.runtime.training import prepare_grads, restored
+from planopt.runtime.training import check_device, optimizer_state, prepare_grads, restored
 
 
 @dataclass(frozen=True)
@@ -79,11 +80,16 @@ def _device(chain: Chain, x: torch.Tensor, device: torch.device | str | None) ->
     return next((p.device for p in chain.parameters()), x.device)
 
 
-def _check_counts(iterations: int, warmup: int) -> None:
-    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 0:
-        raise ValueError(f"iterations must be an integer >= 0, got {iterations!r}")
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be an integer >= 0, got {warmup!r}")
+def _check_args(fn: str, chain, batch, loss_fn, iterations: int, warmup: int, device):
+    """The arguments every step function shares; `(x, y, device)` on the step's device."""
+    check_chain(chain, fn)
+    x, y = check_batch(batch, fn)
+    check_loss_fn(loss_fn, fn)
+    check_count("iterations", iterations, 0, fn)
+    check_count("warmup", warmup, 0, fn)
+    device = _device(chain, x, device)
+    check_device(chain, device)
+    return x.to(device), y.to(device), device
 
 
 def grads_regime(profile: Profile | None, grads_to_none: bool | None) -> bool:
@@ -115,7 +121,9 @@ def measure(
     `profile` is the profile the plan was solved for (the executor needs it
     for plans that swap or recompute, and checks it). `grads_to_none`: are
     gradients set to None between steps (default: as in the profile)?
-    `optimizer` adds its state to what is tracked and to the static bytes.
+    `optimizer` adds its state to what is tracked and to the static bytes;
+    a fresh one's state is allocated first (one step on zero gradients,
+    undone after), as `profile(..., optimizer=)` counts it.
     `iterations=0` skips the timing (memory only). `link` (CPU only)
     rehearses the plan over an emulated host link: copies run on host
     threads and take `latency + bytes / bandwidth` (`ThreadCopies`), so a
@@ -123,10 +131,7 @@ def measure(
     on the compute thread's CPU time plus its waits (see
     `planopt.runtime.threadcopies`; the step is still timed on the wall clock).
     """
-    _check_counts(iterations, warmup)
-    x, y = batch
-    device = _device(chain, x, device)
-    x, y = x.to(device), y.to(device)
+    x, y, device = _check_args("measure", chain, batch, loss_fn, iterations, warmup, device)
     cuda = device.type == "cuda"
     to_none = grads_regime(profile, grads_to_none)
     executor = Executor(
@@ -136,13 +141,14 @@ def measure(
     def step() -> torch.Tensor:
         with executor:
             loss = executor(x, y)
+            check_loss(loss, loss_fn, "measure")
             loss.backward()
         executor.synchronize()  # the makespan is the end of the last copy too
         return loss.detach()
 
     samples: list[float] = []
     reserved = None
-    with restored(chain, device):
+    with restored(chain, device), optimizer_state(optimizer):
         for _ in range(warmup):
             prepare_grads(chain, to_none)
             step()
@@ -197,13 +203,13 @@ def plain_step_seconds(
     grads_to_none: bool = False,
 ) -> tuple[float, tuple[float, ...]]:
     """Median and samples of `loss_fn(chain(x), y).backward()` in plain PyTorch."""
-    _check_counts(iterations, warmup)
-    x, y = batch
-    device = _device(chain, x, device)
-    x, y = x.to(device), y.to(device)
+    x, y, device = _check_args(
+        "plain_step_seconds", chain, batch, loss_fn, iterations, warmup, device
+    )
 
     def step() -> torch.Tensor:
-        loss = chain.loss(x, y, loss_fn)
+        loss = chain.loss(x, y, loss_fn) if loss_fn is not None else chain(x)
+        check_loss(loss, loss_fn, "plain_step_seconds")
         loss.backward()
         return loss
 

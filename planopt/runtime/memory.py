@@ -43,6 +43,20 @@ class StaticBytes:
 # Moments per trainable parameter of optimizers that allocate their state at
 # their first step (used when the optimizer has not stepped yet).
 _STATE_PER_PARAM = {"Adam": 2, "AdamW": 2, "NAdam": 2, "RAdam": 2, "Adamax": 2, "Adagrad": 1}
+# These also keep a float32 `step` per parameter: on the parameter's device
+# when the group is `capturable` or `fused`, else on the CPU.
+_STEP_BYTES = 4
+
+
+def _step_counters(optimizer: torch.optim.Optimizer) -> int:
+    """Device bytes of the `step` tensors the first step will allocate."""
+    total = 0
+    for group in optimizer.param_groups:
+        on_device = bool(group.get("capturable") or group.get("fused"))
+        for p in group["params"]:
+            if p.requires_grad and (on_device or p.device.type == "cpu"):
+                total += device_bytes(_STEP_BYTES, p.device)
+    return total
 
 
 def _optimizer_state(optimizer: torch.optim.Optimizer | None, trainable: int) -> tuple[int, str]:
@@ -55,11 +69,15 @@ def _optimizer_state(optimizer: torch.optim.Optimizer | None, trainable: int) ->
         return tensor_nbytes(tensors), "optimizer state as allocated"
     name = type(optimizer).__name__
     per_param = _STATE_PER_PARAM.get(name)
-    if per_param is None and name == "SGD":
+    if per_param is not None:
+        estimate = per_param * trainable + _step_counters(optimizer)
+        return estimate, (
+            f"{name} state estimated as {per_param} x trainable parameters and a step counter each"
+        )
+    if name == "SGD":
         per_param = 1 if any(g.get("momentum", 0) for g in optimizer.param_groups) else 0
-    if per_param is None:
-        return 0, f"optimizer state of {name} unknown before its first step (counted 0)"
-    return per_param * trainable, f"{name} state estimated as {per_param} x trainable parameters"
+        return per_param * trainable, f"SGD state estimated as {per_param} x trainable parameters"
+    return 0, f"optimizer state of {name} unknown before its first step (counted 0)"
 
 
 def static_bytes(

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from planopt.errors import PlanoptError
+from planopt.runtime.errors import RuntimeInputError
 
 
 class BlockError(PlanoptError, ValueError):
@@ -75,7 +76,7 @@ def _stages(model: nn.Module) -> list[tuple[str, nn.Module]]:
 def find_model_blocks(model: nn.Module, names: Sequence[str] | None = None) -> ModelBlocks:
     """The model's repeated blocks (see the module docstring); `names` overrides the search."""
     if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        raise RuntimeInputError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if names is not None:
         return _given(model, names)
     lists = _same_class_lists(model)

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from planopt.runtime.chain import Chain, LossFn
+from planopt.runtime.errors import RuntimeOptionError
 
 REFERENCE_MODELS = ("mlp", "vgg", "resnet", "gpt")
 SIZES = ("tiny", "small", "gpu")
@@ -247,9 +248,11 @@ _CONFIGS: dict[str, dict[str, dict]] = {
 def reference_model(name: str, size: str = "tiny", *, seed: int = 0) -> ReferenceModel:
     """One of `REFERENCE_MODELS` at one of `SIZES`, its weights drawn from `seed`."""
     if name not in _CONFIGS:
-        raise ValueError(f"model must be one of {', '.join(REFERENCE_MODELS)}, got {name!r}")
+        raise RuntimeOptionError(
+            f"model must be one of {', '.join(REFERENCE_MODELS)}, got {name!r}"
+        )
     if size not in _CONFIGS[name]:
-        raise ValueError(f"size must be one of {', '.join(SIZES)}, got {size!r}")
+        raise RuntimeOptionError(f"size must be one of {', '.join(SIZES)}, got {size!r}")
     cfg = dict(_CONFIGS[name][size])
     batch = cfg.pop("batch")
     with torch.random.fork_rng(devices=[]):

@@ -35,6 +35,7 @@ from planopt.plan import KEEP, Plan
 from planopt.profile import Device, Profile
 from planopt.result import Solution, Status
 from planopt.runtime.apply import PlanHandle, apply
+from planopt.runtime.errors import RuntimeOptionError
 from planopt.runtime.inplace import InPlaceProfile, profile_in_place
 from planopt.runtime.regions import Batch, StepLossFn, batch_tensors, step_loss
 from planopt.runtime.tracker import LiveMemory
@@ -218,7 +219,7 @@ def measure_step(
     `tracker`: "planopt" (`LiveMemory`) or "torch" (`MemTracker`).
     """
     if tracker not in ("planopt", "torch"):
-        raise ValueError(f"tracker must be 'planopt' or 'torch', got {tracker!r}")
+        raise RuntimeOptionError(f"tracker must be 'planopt' or 'torch', got {tracker!r}")
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     to_none = grads_to_none if grads_to_none is not None else bool(handle and handle.grads_to_none)
     tensors = batch_tensors(batch)

@@ -42,6 +42,14 @@ from planopt.profile import Device, Profile
 from planopt.runtime.chain import Chain, LossFn
 from planopt.runtime.counting import TrainingStep
 from planopt.runtime.counts import Counts, autocast_note, chain_layers, check_autocast
+from planopt.runtime.errors import RuntimeOptionError
+from planopt.runtime.inputs import (
+    check_batch,
+    check_chain,
+    check_choice,
+    check_count,
+    check_loss_fn,
+)
 from planopt.runtime.link import measure_cuda_link
 from planopt.runtime.memory import static_bytes
 from planopt.runtime.tracker import (
@@ -50,7 +58,7 @@ from planopt.runtime.tracker import (
     MemoryProbe,
     TrackerProbe,
 )
-from planopt.runtime.training import Clock, check_device, prepare_grads, restored
+from planopt.runtime.training import TIMERS, Clock, check_device, prepare_grads, restored
 
 # Written into a profile's source when gradients are set to None between steps,
 # so that `measure` runs the steps of a plan in the same regime.
@@ -183,14 +191,17 @@ def _measured(
     timer: str = "wall",
 ) -> tuple[Profile, Counts]:
     """`profile`'s work, with what its counting step found."""
-    if not isinstance(chain, Chain):
-        raise TypeError(f"chain must be a planopt.runtime.Chain, got {type(chain).__name__}")
-    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
-        raise ValueError(f"iterations must be an integer >= 1, got {iterations!r}")
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be an integer >= 0, got {warmup!r}")
+    check_chain(chain, "profile")
+    check_count("iterations", iterations, 1, "profile")
+    check_count("warmup", warmup, 0, "profile")
+    check_loss_fn(loss_fn, "profile")
     check_autocast(autocast)
-    x, y = sample_batch
+    check_choice("timer", timer, TIMERS, "profile")
+    if link is not None and not isinstance(link, Device):
+        raise RuntimeOptionError(
+            f"profile: link must be a planopt.Device, got {type(link).__name__}"
+        )
+    x, y = check_batch(sample_batch, "profile")
     if device is None:
         device = next((p.device for p in chain.parameters()), x.device)
     device = torch.device(device)
@@ -199,8 +210,9 @@ def _measured(
     cuda = device.type == "cuda"
     if link is None:
         if not cuda:
-            raise ValueError(
-                "link: the host link of a CPU device cannot be measured; pass "
+            raise RuntimeOptionError(
+                f"profile: link is required on a {device.type} device (its host link cannot "
+                "be measured), got None; pass "
                 "link=planopt.Device(name, h2d_bandwidth, d2h_bandwidth, transfer_latency)"
             )
         link = measure_cuda_link(device)

@@ -16,9 +16,11 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.autograd.graph import saved_tensors_hooks
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from planopt.errors import PlanoptError
-from planopt.runtime.tracker import host_memory
+from planopt.runtime.storage import Saves, TensorMeta, view_on
 
 
 class RecomputeError(PlanoptError, RuntimeError):
@@ -74,20 +76,89 @@ def replay(state: ForwardState) -> Iterator[None]:
         yield
 
 
+class _Alias(torch.autograd.Function):
+    """The block's input as a non-leaf over the base's storage: no copy, no reference kept.
+
+    `mark_dirty` turns the tensor itself into the output, so the graph holds
+    no tensor of it (a leaf's `AccumulateGrad` would hold the base until the
+    block's graph goes, past the block's first forward, where the spec frees
+    it) and an in-place op on it is allowed, as on the forward's non-leaf
+    input (a block that starts with `ReLU(inplace=True)`).
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
+        ctx.mark_dirty(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad, None
+
+
+def block_input(base: torch.Tensor, requires_grad: bool) -> torch.Tensor:
+    """A tensor over `base`'s storage for the block's first forward.
+
+    It requires grad as the forward's input did (what an operator saves
+    depends on it), and is not a leaf, so nothing in the block's graph keeps
+    the base alive and in-place ops on it run as in the forward. Its own
+    version counter: the base's readers outside the block are not bumped.
+    """
+    h = view_on(base, TensorMeta(base))
+    if not requires_grad:
+        return h
+    anchor = torch.empty(0, device=base.device, requires_grad=True)  # no storage
+    return _Alias.apply(h, anchor)
+
+
+def collected(saves: Saves) -> saved_tensors_hooks:
+    """Inside a block: record what each forward saves, and let its graph hold nothing."""
+
+    def pack(t: torch.Tensor) -> None:
+        saves.add(t)  # the block's own graph is never backpropagated
+
+    def never(_packed: object) -> torch.Tensor:
+        raise RuntimeError("the graph built inside a recompute block is never backpropagated")
+
+    return saved_tensors_hooks(pack, never)
+
+
+_RUNNING = ("running_mean", "running_var", "num_batches_tracked")
+
+
 @contextlib.contextmanager
 def buffers_unchanged(modules: Sequence[nn.Module]) -> Iterator[None]:
-    """Undo in-place buffer updates (batch-norm statistics) made inside the block."""
-    buffers = [b for m in modules for b in m.buffers()]
-    # The snapshot is the executor's bookkeeping, kept in host memory (on CPU
-    # the same RAM, filed as host memory so it is not taken for the model's).
-    with host_memory():
-        saved = [b.detach().to("cpu", copy=True) for b in buffers]
+    """Leave the buffers the block's layers update (batch-norm statistics) as they were.
+
+    A batch norm in training mode runs the block without its running
+    statistics: its output comes from the batch's statistics either way, so
+    it is the forward's, nothing is updated a second time and nothing is
+    held. Any other buffer is restored from a snapshot held in host memory
+    while the block runs: on a GPU the host's RAM, outside the device; on
+    CPU the same RAM as the device, so the tracker counts it (the cost
+    model does not: keep buffers a recomputed layer updates small).
+    """
+    unhooked: list[tuple[nn.Module, str, torch.Tensor]] = []
+    for module in modules:
+        for sub in module.modules():
+            if isinstance(sub, _BatchNorm) and sub.training and sub.track_running_stats:
+                for name in _RUNNING:
+                    buffer = sub._buffers.get(name)
+                    if buffer is not None:
+                        unhooked.append((sub, name, buffer))
+                        sub._buffers[name] = None
     try:
-        yield
+        buffers = [b for m in modules for b in m.buffers()]
+        saved = [b.detach().to("cpu", copy=True) for b in buffers]
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for buf, value in zip(buffers, saved, strict=True):
+                    buf.copy_(value)
     finally:
-        with torch.no_grad():
-            for buf, value in zip(buffers, saved, strict=True):
-                buf.copy_(value)
+        for sub, name, buffer in unhooked:
+            sub._buffers[name] = buffer
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ copies back each step issues and the forwards that wait for a copy out.
 
 from __future__ import annotations
 
-from planopt.errors import InvalidPlanError, ProfileMismatchError, where
+from planopt.errors import InvalidPlanError, InvalidProfileError, ProfileMismatchError, where
 from planopt.plan import RECOMPUTE, SWAP, Plan
 from planopt.profile import Profile
 from planopt.runtime.chain import Chain
@@ -22,7 +22,9 @@ def check_plan(chain: Chain, plan: Plan, profile: Profile | None) -> None:
         raise InvalidPlanError(f"plan: must have one entry per chain layer ({n}), got {len(plan)}")
     if profile is not None:
         if not isinstance(profile, Profile):
-            raise TypeError(f"profile must be a planopt.Profile, got {type(profile).__name__}")
+            raise InvalidProfileError(
+                f"profile must be a planopt.Profile, got {type(profile).__name__}"
+            )
         plan.check(profile)
         for i, (mine, theirs) in enumerate(zip(profile.names, chain.names, strict=True)):
             if mine != theirs:

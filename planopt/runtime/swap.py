@@ -28,8 +28,10 @@ model does not count as device memory. Device buffers for a copy back are
 allocated on the compute side when the copy back is enqueued, as the CUDA
 allocator hands them out, so the tracker counts them from that instant.
 
-`copy_engine(device, link)` picks one; only `CudaCopies` touches `torch.cuda`,
-and it refuses to start without CUDA.
+`planopt.runtime.engines.copy_engine(device, link)` picks one (it imports
+this module and `threadcopies`, which imports this one: the dependency runs
+one way); only `CudaCopies` touches `torch.cuda`, and it refuses to start
+without CUDA.
 """
 
 from __future__ import annotations
@@ -37,14 +39,12 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import torch
 
+from planopt.runtime.errors import CudaUnavailableError
 from planopt.runtime.tracker import host_memory
-
-if TYPE_CHECKING:
-    from planopt.profile import Device
 
 
 class Direction(StrEnum):
@@ -193,7 +193,7 @@ class CudaCopies(Copies):
 
     def __init__(self, device: torch.device) -> None:
         if not torch.cuda.is_available():
-            raise RuntimeError(
+            raise CudaUnavailableError(
                 f"CudaCopies: swapping on {device} needs CUDA, but torch.cuda.is_available() "
                 "is False (use a CPU device for synchronous copies)"
             )
@@ -250,21 +250,3 @@ class CudaCopies(Copies):
 
     def close(self) -> None:
         self.pool.clear()
-
-
-def copy_engine(
-    device: torch.device, link: Device | None = None, clock: str = "wall"
-) -> CopyEngine:
-    """`CudaCopies` on CUDA; on CPU `ThreadCopies` with a `link` (on `clock`), else `SyncCopies`."""
-    if device.type == "cuda":
-        if link is not None:
-            raise ValueError(
-                f"link: an emulated link is for CPU devices, got {link.name!r} on {device}; "
-                "a CUDA device copies over its own link (leave link=None)"
-            )
-        return CudaCopies(device)
-    if link is not None:
-        from planopt.runtime.threadcopies import ThreadCopies  # imports this module
-
-        return ThreadCopies(link, clock)
-    return SyncCopies()

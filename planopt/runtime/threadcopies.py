@@ -55,6 +55,7 @@ from dataclasses import dataclass
 import torch
 
 from planopt.profile import Device
+from planopt.runtime.errors import RuntimeOptionError
 from planopt.runtime.swap import Copies, Direction
 from planopt.runtime.tracker import current_where
 
@@ -134,9 +135,9 @@ class ThreadCopies(Copies):
 
     def __init__(self, link: Device, clock: str = "wall") -> None:
         if not isinstance(link, Device):
-            raise TypeError(f"link must be a planopt.Device, got {type(link).__name__}")
+            raise RuntimeOptionError(f"link must be a planopt.Device, got {type(link).__name__}")
         if clock not in CLOCKS:
-            raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
+            raise RuntimeOptionError(f"clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
         self.link = link
         self.clock = clock
         self._waited = 0.0  # the compute thread's waits so far (clock "thread")

@@ -14,6 +14,8 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
+from planopt.runtime.errors import DeviceError, RuntimeOptionError
+
 
 def prepare_grads(chain: torch.nn.Module, grads_to_none: bool) -> None:
     """Gradients as a step starts: None, or allocated and zeroed in place (static)."""
@@ -47,6 +49,56 @@ def restored(chain: nn.Module, device: torch.device) -> Iterator[None]:
             p.grad = grad
 
 
+@contextlib.contextmanager
+def optimizer_state(
+    optimizer: torch.optim.Optimizer | None,
+) -> Iterator[torch.optim.Optimizer | None]:
+    """The optimizer with its state allocated, as after its first step.
+
+    `profile(..., optimizer=)` counts a fresh optimizer's state in
+    `static_bytes` as its first step will allocate it; a measured step must
+    hold it too. A fresh optimizer steps once here on zero gradients, its
+    parameters and gradients are put back after, and its state is emptied
+    again on exit, so the caller's optimizer is left fresh.
+    """
+    fresh = optimizer is not None and not any(
+        torch.is_tensor(v) for state in optimizer.state.values() for v in state.values()
+    )
+    if not fresh:
+        yield optimizer
+        return
+    try:
+        _first_step(optimizer)
+        yield optimizer
+    finally:
+        optimizer.state.clear()
+
+
+def _first_step(optimizer: torch.optim.Optimizer) -> None:
+    """One step on zero gradients, for its state; parameters and gradients put back."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    with torch.no_grad():
+        values = [p.detach().clone() for p in params]
+    grads = [p.grad for p in params]
+    try:
+        for p in params:
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)
+        optimizer.step()
+    except TypeError as exc:  # LBFGS and the like: step(closure) only
+        raise RuntimeOptionError(
+            f"optimizer: a fresh {type(optimizer).__name__} must be stepped once before it "
+            "is measured (its state does not exist yet, and its step needs a closure), got "
+            "one with no state"
+        ) from exc
+    finally:
+        with torch.no_grad():
+            for p, value in zip(params, values, strict=True):
+                p.copy_(value)
+        for p, grad in zip(params, grads, strict=True):
+            p.grad = grad
+
+
 TIMERS = ("wall", "thread")
 
 
@@ -63,10 +115,12 @@ class Clock:
 
     def __init__(self, device: torch.device, timer: str = "wall") -> None:
         if timer not in TIMERS:
-            raise ValueError(f"timer must be one of {', '.join(TIMERS)}, got {timer!r}")
+            raise RuntimeOptionError(f"timer must be one of {', '.join(TIMERS)}, got {timer!r}")
         self.cuda = device.type == "cuda"
         if self.cuda and timer != "wall":
-            raise ValueError(f"timer: {timer!r} is for CPU devices; CUDA is timed with events")
+            raise RuntimeOptionError(
+                f"timer: {timer!r} is for CPU devices; CUDA is timed with events"
+            )
         self.device = device
         self._now = time.thread_time if timer == "thread" else time.perf_counter
 
@@ -91,7 +145,7 @@ def check_device(chain: nn.Module, device: torch.device) -> None:
     """Refuse a chain whose parameters are not on `device`."""
     for name, p in chain.named_parameters():
         if p.device != device and not (p.device.type == device.type and device.index is None):
-            raise ValueError(
+            raise DeviceError(
                 f"chain: parameter {name} must be on {device}, got {p.device}; "
                 "call chain.to(device) first"
             )
