@@ -92,18 +92,27 @@ class RooflineMode(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        packet = func.overloadpacket
-        if func.is_view or packet in _NO_KERNEL:
+        cost = op_cost(self.gpu, func, args, kwargs, out)
+        if cost is None:
             return out
-        flops = 0
-        formula = flop_registry.get(packet)
-        if formula is not None:
-            flops = formula(*args, **kwargs, out_val=out)
-        dtype = kernel_dtype(packet, args) if flops else None
-        nbytes = _nbytes(tree_flatten((args, kwargs))[0]) + _nbytes(tree_flatten(out)[0])
+        seconds, flops, nbytes = cost
         where = self.label()
-        self.seconds[where] += self.gpu.seconds(flops, nbytes, dtype=dtype)
+        self.seconds[where] += seconds
         self.flops[where] += flops
         self.bytes[where] += nbytes
         self.kernels[where] += 1
         return out
+
+
+def op_cost(gpu: GPU, func, args, kwargs, out) -> tuple[float, float, int] | None:
+    """`(seconds, flops, bytes)` of one operator's kernel on `gpu`; None: no kernel."""
+    packet = func.overloadpacket
+    if func.is_view or packet in _NO_KERNEL:
+        return None
+    flops = 0
+    formula = flop_registry.get(packet)
+    if formula is not None:
+        flops = formula(*args, **kwargs, out_val=out)
+    dtype = kernel_dtype(packet, args) if flops else None
+    nbytes = _nbytes(tree_flatten((args, kwargs))[0]) + _nbytes(tree_flatten(out)[0])
+    return gpu.seconds(flops, nbytes, dtype=dtype), flops, nbytes
