@@ -154,7 +154,7 @@ def _group_front(
     points = []
     for subset in range(1 << len(storages)):
         chosen = tuple(j for j in group if masks[j] & ~subset == 0 and j not in forced_out)
-        if any(j not in chosen for j in forced_in):
+        if any(j in forced_in and j not in chosen for j in group):
             continue
         used = 0
         for j in chosen:

@@ -51,6 +51,7 @@ from planopt.hardware import GPU
 from planopt.menu import MenuEntry, MenuOp, pareto_menu
 from planopt.runtime.roofline import op_cost
 from planopt.runtime.storage import plain, storage_key, storage_nbytes
+from planopt.runtime.training import TIMERS
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,9 +106,9 @@ class OpProfile:
 class _Tracer(TorchDispatchMode):
     """Records every operator SAC's policy would see; `keep`: its tensors too."""
 
-    def __init__(self, cost: Callable[..., float], keep: bool) -> None:
+    def __init__(self, cost: Callable[..., float], keep: bool, now=time.perf_counter) -> None:
         super().__init__()
-        self.cost, self.keep = cost, keep
+        self.cost, self.keep, self.now = cost, keep, now
         self.names: list[str] = []
         self.seconds: list[float] = []
         self.funcs: list[Any] = []
@@ -116,7 +117,7 @@ class _Tracer(TorchDispatchMode):
         self.versions: list[list[int]] = []
         self.packs: list[tuple[int, torch.Tensor]] = []
         self.gaps: list[float] = []  # time between operators (Python), before each
-        self.last = time.perf_counter()
+        self.last = now()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -126,11 +127,11 @@ class _Tracer(TorchDispatchMode):
         sync = any(t.device.type == "cuda" for t in flat_in)
         if sync:
             torch.cuda.synchronize()
-        start = time.perf_counter()
+        start = self.now()
         out = func(*args, **kwargs)
         if sync:
             torch.cuda.synchronize()
-        elapsed = time.perf_counter() - start
+        elapsed = self.now() - start
         self.gaps.append(start - self.last)
         self.names.append(str(func))
         self.seconds.append(self.cost(func, args, kwargs, out, elapsed))
@@ -140,7 +141,7 @@ class _Tracer(TorchDispatchMode):
             self.inputs.append(flat_in)
             self.outputs.append(flat_out)
             self.versions.append([t._version for t in flat_out])
-        self.last = time.perf_counter()
+        self.last = self.now()
         return out
 
     def pack(self, t: torch.Tensor) -> torch.Tensor:
@@ -167,7 +168,7 @@ def _tensors(tree: Any) -> list[torch.Tensor]:
 
 def _run(fn: Callable[..., Any], args, kwargs, tracer: _Tracer) -> Any:
     with torch.enable_grad(), saved_tensors_hooks(tracer.pack, _identity), tracer:
-        tracer.last = time.perf_counter()
+        tracer.last = tracer.now()
         return fn(*args, **kwargs)
 
 
@@ -184,6 +185,7 @@ def trace_block(
     gpu: GPU | None = None,
     repeats: int = 3,
     warmup: int = 1,
+    timer: str = "wall",
 ) -> OpProfile:
     """The `OpProfile` of one forward of `fn(*args, **kwargs)` (module doc).
 
@@ -191,8 +193,13 @@ def trace_block(
     any callable, with `static` the tensors that are not its internals
     (parameters, buffers, the batch). `gpu`: time each operator by its
     roofline on that GPU (one run), else measure it (`warmup` runs, then the
-    median of `repeats`). The RNG state is restored after.
+    median of `repeats`) with `timer`: "wall" (`time.perf_counter`) or
+    "thread" (the thread's CPU time, CPU only: other processes' load left
+    out, as `profile(timer="thread")`). The RNG state is restored after.
     """
+    if timer not in TIMERS:
+        raise ValueError(f"timer must be one of {', '.join(TIMERS)}, got {timer!r}")
+    now = time.thread_time if timer == "thread" else time.perf_counter
     if repeats < 1 or warmup < 0:
         raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats}, {warmup}")
     kwargs = dict(kwargs or {})
@@ -201,16 +208,14 @@ def trace_block(
         static += [*fn.parameters(), *fn.buffers()]
     cost = _measured if gpu is None else _roofline(gpu)
     runs = 1 if gpu is not None else repeats
-    devices = sorted(
-        {t.device for t in _tensors((args, kwargs)) if t.device.type == "cuda"}, key=str
-    )
+    devices = sorted({t.device for t in _tensors((args, kwargs)) if t.is_cuda}, key=str)
     with torch.random.fork_rng(devices=devices):
         rng = torch.get_rng_state()
         for _ in range(warmup if gpu is None else 0):
             torch.set_rng_state(rng)
-            _run(fn, args, kwargs, _Tracer(cost, keep=False))
+            _run(fn, args, kwargs, _Tracer(cost, False, now))
         torch.set_rng_state(rng)
-        first = _Tracer(cost, keep=True)
+        first = _Tracer(cost, True, now)
         out = _run(fn, args, kwargs, first)
         record = _records(first, args, kwargs, out, static)
         first_gaps = first.gaps
@@ -219,7 +224,7 @@ def trace_block(
         gaps = [sum(first_gaps[: record[3]])]
         for _ in range(runs - 1):
             torch.set_rng_state(rng)
-            again = _Tracer(cost, keep=False)
+            again = _Tracer(cost, False, now)
             _run(fn, args, kwargs, again)
             if len(again.names) != len(record[0]):
                 raise RuntimeError(

@@ -71,21 +71,27 @@ class PolicyRun:
 
 
 def held_under_policy(
-    block: nn.Module, x: torch.Tensor, positions: Iterable[int], kwargs: dict | None = None
+    block: nn.Module,
+    x: torch.Tensor,
+    positions: Iterable[int],
+    kwargs: dict | None = None,
+    timer: str = "wall",
 ) -> PolicyRun:
     """Run `block(x, **kwargs)` under `checkpoint` with `sac_context(positions)` (module doc).
 
     `x` must require grad; the backward seeds the (first) output with ones.
+    `timer`: "wall" or "thread" (the thread's CPU time), as for `trace_block`.
     """
+    now = time.thread_time if timer == "thread" else time.perf_counter
     kwargs = kwargs or {}
     calls: list[float] = []
 
     def fn(h: torch.Tensor) -> Any:
-        start = time.perf_counter()
+        start = now()
         try:
             return block(h, **kwargs)
         finally:
-            calls.append(time.perf_counter() - start)
+            calls.append(now() - start)
 
     tracker = LiveMemory(x.device.type)
     tracker.track_model(block, [x, *tree_flatten(kwargs)[0]])

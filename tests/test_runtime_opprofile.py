@@ -1,0 +1,261 @@
+"""A block's operator profile and menu, checked against torch's own SAC and the tracker.
+
+Evidence from outside the code under test: the positions are compared with
+the calls `create_selective_checkpoint_contexts` makes to its policy
+function; each menu entry's bytes with what the live-storage tracker sees
+held between the block's forward and backward under `checkpoint` with that
+policy (a test fails on any difference, an under-prediction included); the
+replay with the operators torch really re-runs; gradients with plain
+autograd.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from torch.utils.checkpoint import (  # noqa: E402
+    SAC_IGNORED_OPS,
+    CheckpointPolicy,
+    checkpoint,
+    create_selective_checkpoint_contexts,
+)
+
+from planopt.runtime.models import reference_model  # noqa: E402
+from planopt.runtime.opprofile import trace_block  # noqa: E402
+from planopt.runtime.sac import held_under_policy, sac_context  # noqa: E402
+
+BLOCKS = ("gpt", "hf-gpt2", "hf-llama")
+
+
+def _captured(model, layer, **inputs):
+    """The args and kwargs `model` really calls `layer` with."""
+    got = {}
+
+    def hook(module, args, kwargs):
+        got["args"], got["kwargs"] = args, dict(kwargs)
+        raise StopIteration
+
+    handle = layer.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        model(**inputs)
+    except StopIteration:
+        pass
+    finally:
+        handle.remove()
+    return got["args"], got["kwargs"]
+
+
+def _block(name: str):
+    """(block, input, kwargs): the reference GPT block, or a transformers block as its model calls it."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        if name == "gpt":
+            block = reference_model("gpt", "tiny").chain.layers[1]
+            return block, torch.randn(2, 8, 16), {}
+        transformers = pytest.importorskip("transformers")
+        ids = torch.randint(97, (2, 16))
+        if name == "hf-gpt2":
+            config = transformers.GPT2Config(
+                vocab_size=97,
+                n_embd=32,
+                n_head=4,
+                n_layer=1,
+                n_positions=16,
+                bos_token_id=None,
+                eos_token_id=None,
+            )
+            config._attn_implementation = "sdpa"
+            model = transformers.GPT2Model(config).train()
+            layer = model.h[0]
+        else:
+            config = transformers.LlamaConfig(
+                vocab_size=97,
+                hidden_size=32,
+                intermediate_size=128,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                num_hidden_layers=1,
+                max_position_embeddings=16,
+                bos_token_id=None,
+                eos_token_id=None,
+                pad_token_id=None,
+            )
+            config._attn_implementation = "sdpa"
+            model = transformers.LlamaModel(config).train()
+            layer = model.layers[0]
+        args, kwargs = _captured(model, layer, input_ids=ids, use_cache=False)
+        return layer, args[0].detach(), kwargs
+
+
+def _static(kwargs):
+    return [t for t in kwargs.values() if isinstance(t, torch.Tensor)] + [
+        t for v in kwargs.values() if isinstance(v, tuple) for t in v if isinstance(t, torch.Tensor)
+    ]
+
+
+def _profile(name):
+    block, x, kwargs = _block(name)
+    ops = trace_block(block, (x.requires_grad_(True),), kwargs, static=_static(kwargs), repeats=1)
+    return block, x, kwargs, ops
+
+
+@pytest.mark.parametrize("name", BLOCKS)
+def test_positions_are_the_calls_the_sac_policy_gets(name):
+    block, x, kwargs, ops = _profile(name)
+    seen = []
+
+    def policy(ctx, op, *args, **kw):
+        seen.append(str(op))
+        return CheckpointPolicy.PREFER_RECOMPUTE
+
+    def context():
+        return create_selective_checkpoint_contexts(policy)
+
+    checkpoint(block, x, use_reentrant=False, context_fn=context, **kwargs)
+    assert seen == [op.op for op in ops.ops]
+    assert [op.position for op in ops.ops] == list(range(len(seen)))
+
+
+@pytest.mark.parametrize("name", BLOCKS)
+def test_every_menu_entry_holds_what_the_tracker_sees(name):
+    block, x, kwargs, ops = _profile(name)
+    menu = ops.menu()
+    assert len(menu) >= 10
+    assert menu[0].saved_bytes == 0 and menu[-1].saved_bytes < ops.saved_bytes
+    plain_x = x.detach().clone().requires_grad_(True)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(1)  # the same dropout masks in every run
+        out = block(plain_x, **kwargs)
+    out = out[0] if isinstance(out, tuple) else out
+    out.backward(torch.ones_like(out))
+    want = (plain_x.grad, *(p.grad for p in block.parameters()))
+    block.zero_grad(set_to_none=True)
+    for entry in menu:
+        xx = x.detach().clone().requires_grad_(True)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(1)
+            run = held_under_policy(block, xx, entry.policy, kwargs)
+        assert run.held == entry.saved_bytes, (entry.policy, run.held, entry.saved_bytes)
+        torch.testing.assert_close(run.output, out.detach())
+        for got, expected in zip(run.grads, want, strict=True):
+            torch.testing.assert_close(got, expected)
+        block.zero_grad(set_to_none=True)
+
+
+class _Executed(TorchDispatchMode):
+    """Below SAC's modes: the operators really run (a cached one never reaches it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.on = False
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.on and func not in SAC_IGNORED_OPS:
+            self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("name", BLOCKS)
+def test_the_replay_runs_exactly_the_unsaved_operators_before_the_cut(name):
+    block, x, kwargs, ops = _profile(name)
+    menu = ops.menu()
+    for entry in (menu[0], menu[len(menu) // 2], menu[-1]):
+        executed = _Executed()
+        calls = [0]
+
+        def fn(h):
+            calls[0] += 1
+            executed.on = calls[0] == 2  # the replay
+            try:
+                return block(h, **kwargs)
+            finally:
+                executed.on = False
+
+        xx = x.detach().clone().requires_grad_(True)
+        with executed:
+            out = checkpoint(fn, xx, use_reentrant=False, context_fn=sac_context(entry.policy))
+            out = out[0] if isinstance(out, tuple) else out
+            out.sum().backward()
+        saved = set(entry.policy)
+        assert executed.ops == [o.op for o in ops.ops[: ops.cut] if o.position not in saved]
+
+
+def test_the_whole_layer_internals_are_the_profilers_saved_bytes():
+    from planopt.hardware import Device
+    from planopt.runtime.profiler import profile
+
+    ref = reference_model("gpt", "tiny")
+    x, y = ref.batch()
+    prof = profile(
+        ref.chain,
+        (x, y),
+        ref.loss_fn,
+        iterations=1,
+        warmup=0,
+        link=Device("pcie", 1e9, 1e9, 1e-5),
+        menus=False,
+    )
+    h = ref.chain.layers[0](x)
+    ops = trace_block(ref.chain.layers[1], (h.detach().requires_grad_(True),), repeats=1)
+    assert ops.saved_bytes == prof.layers[1].saved_bytes
+
+
+def test_the_fake_trace_on_a_named_gpu_counts_the_same_storages():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from planopt.hardware import gpu
+    from planopt.runtime.fake import faked
+
+    block, x, _, real = _profile("gpt")
+    mode = FakeTensorMode()
+    x = x.detach()
+    with faked(block, mode), mode:
+        fx = mode.from_tensor(x).requires_grad_(True)
+        fake = trace_block(block, (fx,), gpu=gpu("h100-pcie"))
+    assert [o.op for o in fake.ops] == [o.op for o in real.ops]
+    assert fake.storage_bytes == real.storage_bytes
+    assert (fake.saved, fake.cut) == (real.saved, real.cut)
+    assert [o.storages for o in fake.ops] == [o.storages for o in real.ops]
+    assert fake.overhead == 0.0
+    assert all(o.seconds > 0 for o in fake.ops if "addmm" in o.op or "bmm" in o.op)
+    assert all(o.seconds == 0 for o in fake.ops if o.op in ("aten.view.default", "aten.t.default"))
+    assert [e.saved_bytes for e in fake.menu()][0] == 0
+
+
+class _Mutating(torch.nn.Module):
+    """An output mutated later (in-place ReLU, `+=`): SAC cannot cache it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.a(x)
+        h = torch.relu_(h)
+        out = self.b(h)
+        out += h
+        return torch.tanh(out) * 2
+
+
+def test_an_output_mutated_later_is_never_saved_and_every_entry_runs():
+    torch.manual_seed(0)
+    block, x = _Mutating(), torch.randn(4, 8)
+    ops = trace_block(block, (x.requires_grad_(True),), repeats=1)
+    by_name = {o.op: o for o in ops.ops}
+    assert not by_name["aten.relu_.default"].saveable
+    assert not by_name["aten.add_.Tensor"].saveable
+    assert not next(o for o in ops.ops if o.op == "aten.addmm.default").saveable  # relu_'d
+    for entry in ops.menu():
+        assert all(ops.ops[j].saveable for j in entry.policy)
+        run = held_under_policy(block, x.detach().clone().requires_grad_(True), entry.policy)
+        assert run.held == entry.saved_bytes
+
+
+def test_a_bad_timer_is_refused():
+    with pytest.raises(ValueError, match="timer must be one of wall, thread"):
+        trace_block(torch.nn.Linear(2, 2), (torch.randn(1, 2),), timer="cpu")
