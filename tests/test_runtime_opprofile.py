@@ -49,7 +49,7 @@ def _captured(model, layer, **inputs):
 
 
 def _block(name: str):
-    """(block, input, kwargs): the reference GPT block, or a transformers block as its model calls it."""
+    """(block, input, kwargs): the reference GPT block, or a transformers block as called."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         if name == "gpt":
@@ -164,24 +164,29 @@ def test_the_replay_runs_exactly_the_unsaved_operators_before_the_cut(name):
     block, x, kwargs, ops = _profile(name)
     menu = ops.menu()
     for entry in (menu[0], menu[len(menu) // 2], menu[-1]):
-        executed = _Executed()
-        calls = [0]
-
-        def fn(h):
-            calls[0] += 1
-            executed.on = calls[0] == 2  # the replay
-            try:
-                return block(h, **kwargs)
-            finally:
-                executed.on = False
-
-        xx = x.detach().clone().requires_grad_(True)
-        with executed:
-            out = checkpoint(fn, xx, use_reentrant=False, context_fn=sac_context(entry.policy))
-            out = out[0] if isinstance(out, tuple) else out
-            out.sum().backward()
         saved = set(entry.policy)
-        assert executed.ops == [o.op for o in ops.ops[: ops.cut] if o.position not in saved]
+        replayed = _replayed(block, x.detach().clone().requires_grad_(True), kwargs, saved)
+        assert replayed == [o.op for o in ops.ops[: ops.cut] if o.position not in saved]
+
+
+def _replayed(block, x, kwargs, saved) -> list[str]:
+    """The operators checkpoint's replay really runs under a policy saving `saved`."""
+    executed = _Executed()
+    calls = [0]
+
+    def fn(h):
+        calls[0] += 1
+        executed.on = calls[0] == 2  # the replay
+        try:
+            return block(h, **kwargs)
+        finally:
+            executed.on = False
+
+    with executed:
+        out = checkpoint(fn, x, use_reentrant=False, context_fn=sac_context(sorted(saved)))
+        out = out[0] if isinstance(out, tuple) else out
+        out.sum().backward()
+    return executed.ops
 
 
 def test_the_whole_layer_internals_are_the_profilers_saved_bytes():
@@ -223,7 +228,7 @@ def test_the_fake_trace_on_a_named_gpu_counts_the_same_storages():
     assert fake.overhead == 0.0
     assert all(o.seconds > 0 for o in fake.ops if "addmm" in o.op or "bmm" in o.op)
     assert all(o.seconds == 0 for o in fake.ops if o.op in ("aten.view.default", "aten.t.default"))
-    assert [e.saved_bytes for e in fake.menu()][0] == 0
+    assert fake.menu()[0].saved_bytes == 0
 
 
 class _Mutating(torch.nn.Module):
