@@ -1,7 +1,7 @@
 """A block's forward, operator by operator: what each ATen operator makes, saves and costs.
 
     ops = trace_block(block, (x,), {"use_cache": False})   # measured on this device
-    ops.menu()                                             # planopt.menu's exact front
+    ops.menu()                                             # planopt.sacmenu's exact front
 
 One forward of the block (grad enabled, as in training) runs under a
 `TorchDispatchMode` and `saved_tensors_hooks`. Each operator the mode sees
@@ -48,7 +48,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.checkpoint import SAC_IGNORED_OPS
 
 from planopt.hardware import GPU
-from planopt.menu import MenuEntry, MenuOp, pareto_menu
+from planopt.sacmenu import MenuEntry, MenuOp, pareto_menu
 from planopt.runtime.roofline import op_cost
 from planopt.runtime.storage import plain, storage_key, storage_nbytes
 from planopt.runtime.training import TIMERS
@@ -93,7 +93,7 @@ class OpProfile:
         return tuple(MenuOp(o.seconds, o.storages, o.saveable, o.random) for o in self.ops)
 
     def menu(self) -> tuple[MenuEntry, ...]:
-        """The exact front (`planopt.menu.pareto_menu`) holding less than `saved_bytes`."""
+        """The exact front (`planopt.sacmenu.pareto_menu`) holding less than `saved_bytes`."""
         return pareto_menu(
             self.menu_ops(),
             self.storage_bytes,

@@ -1,4 +1,4 @@
-"""The block menu's front (`planopt.menu`) against brute force over every SAC policy."""
+"""The block menu's front (`planopt.sacmenu`) against brute force over every SAC policy."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from planopt.menu import MenuEntry, MenuError, MenuOp, pareto_menu, policy_cost, thin
+from planopt.sacmenu import MenuEntry, MenuError, MenuOp, pareto_menu, policy_cost, thin
 
 
 def _valid(ops, cut, policy) -> bool:
