@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from planopt.errors import PlanoptError
+from planopt.menu import LayerOption
 
 # A group with more storages than this is not enumerated (2**n subsets).
 MAX_GROUP_STORAGES = 16
@@ -230,3 +231,16 @@ def thin(menu: Sequence[MenuEntry], size: int) -> tuple[MenuEntry, ...]:
         )
         picked.add(best)
     return tuple(menu[i] for i in sorted(picked))
+
+
+def layer_options(menu: Sequence[MenuEntry], below: int | None = None) -> tuple[LayerOption, ...]:
+    """A menu as a profile layer's options (`sac0`, `sac1`, ... by bytes ascending).
+
+    `below`: leave out entries holding that many bytes or more (the layer's
+    `saved_bytes`: an option may hold at most that, and holding as much is
+    no better than keeping the layer).
+    """
+    kept = [e for e in menu if below is None or e.saved_bytes < below]
+    return tuple(
+        LayerOption(f"sac{k}", e.saved_bytes, e.recompute, e.policy) for k, e in enumerate(kept)
+    )

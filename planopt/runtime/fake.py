@@ -49,6 +49,7 @@ from planopt.runtime.chain import Chain, LossFn
 from planopt.runtime.counting import TrainingStep
 from planopt.runtime.counts import autocast_note, chain_layers, check_autocast
 from planopt.runtime.memory import static_bytes
+from planopt.runtime.menus import MENU_SIZE, add_menus
 from planopt.runtime.profiler import GRADS_TO_NONE_NOTE
 from planopt.runtime.roofline import RooflineMode
 from planopt.runtime.tracker import LiveMemory, TrackerProbe, tracing_for
@@ -129,13 +130,16 @@ def trace_profile(
     grads_to_none: bool = False,
     optimizer: torch.optim.Optimizer | None = None,
     name: str = "chain",
+    menus: bool = True,
+    menu_size: int | None = MENU_SIZE,
 ) -> Profile:
     """The estimated `Profile` of one training step of `chain` on `gpu` (module doc).
 
     The chain may be real (its tensors are faked for the trace and restored
     after) or built under a `FakeTensorMode` (no memory spent on weights);
     the batch may be real or fake. `gpu`: a `planopt.hardware.GPU` or its
-    name. `autocast`, `grads_to_none`, `optimizer`: as for `profile`.
+    name. `autocast`, `grads_to_none`, `optimizer`, `menus`, `menu_size`: as
+    for `profile` (menus traced under the same fake mode, roofline times).
     """
     if not isinstance(chain, Chain):
         raise TypeError(f"chain must be a planopt.runtime.Chain, got {type(chain).__name__}")
@@ -172,13 +176,20 @@ def trace_profile(
     fwd = [roofline.seconds[f"F_{i}"] for i in range(n)]
     bwd = [roofline.seconds[f"B_{i}"] for i in range(n)]
     flops = sum(roofline.flops.values())
-    return Profile(
+    prof = Profile(
         name=name,
         device=record.device(),
         static_bytes=static.total,
         layers=chain_layers(chain, counts, fwd, bwd),
         source=_source(record, autocast, memory_as, static.note, grads_to_none, flops, built_fake),
     )
+    if not menus:
+        return prof
+    attention = gpu_attention() if on_gpu else contextlib.nullcontext()
+    with faked(chain, mode), tracing_for("cuda" if on_gpu else "cpu"), attention, mode, MetaFixes():
+        static_tensors = [*chain.parameters(), *chain.buffers(), x, y]
+        run = TrainingStep(chain, x, y, loss_fn, autocast)
+        return add_menus(prof, run, static_tensors, gpu=record, size=menu_size)
 
 
 def _source(

@@ -48,10 +48,10 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.checkpoint import SAC_IGNORED_OPS
 
 from planopt.hardware import GPU
-from planopt.sacmenu import MenuEntry, MenuOp, pareto_menu
 from planopt.runtime.roofline import op_cost
 from planopt.runtime.storage import plain, storage_key, storage_nbytes
 from planopt.runtime.training import TIMERS
+from planopt.sacmenu import MenuEntry, MenuOp, pareto_menu
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +221,7 @@ def trace_block(
         first_gaps = first.gaps
         del out, first
         times = [list(op.seconds for op in record[0])]
-        gaps = [sum(first_gaps[: record[3]])]
+        gaps = [first_gaps]
         for _ in range(runs - 1):
             torch.set_rng_state(rng)
             again = _Tracer(cost, False, now)
@@ -232,7 +232,7 @@ def trace_block(
                     f"{len(record[0])}; its operator sequence must not change between runs"
                 )
             times.append(again.seconds)
-            gaps.append(sum(again.gaps[: record[3]]))
+            gaps.append(again.gaps)
     ops, storage_bytes, saved, cut = record
     seconds = [statistics.median(run[j] for run in times) for j in range(len(ops))]
     ops = tuple(
@@ -249,7 +249,9 @@ def trace_block(
         )
         for j, o in enumerate(ops)
     )
-    overhead = 0.0 if gpu is not None else statistics.median(gaps)
+    # per position, so that one stall of a loaded machine does not count
+    between = sum(statistics.median(run[j] for run in gaps) for j in range(record[3]))
+    overhead = 0.0 if gpu is not None else between
     return OpProfile(ops, storage_bytes, saved, cut, overhead)
 
 
