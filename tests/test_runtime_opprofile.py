@@ -264,3 +264,23 @@ def test_an_output_mutated_later_is_never_saved_and_every_entry_runs():
 def test_a_bad_timer_is_refused():
     with pytest.raises(ValueError, match="timer must be one of wall, thread"):
         trace_block(torch.nn.Linear(2, 2), (torch.randn(1, 2),), timer="cpu")
+
+
+def test_profile_attaches_each_block_class_menu_that_the_tracker_confirms():
+    from planopt.hardware import Device
+    from planopt.runtime.profiler import profile
+
+    ref = reference_model("gpt", "tiny")
+    x, y = ref.batch()
+    link = Device("pcie", 1e9, 1e9, 1e-5)
+    prof = profile(ref.chain, (x, y), ref.loss_fn, iterations=1, warmup=0, link=link)
+    plain = profile(ref.chain, (x, y), ref.loss_fn, iterations=1, warmup=0, link=link, menus=False)
+    assert not any(layer.options for layer in plain.layers)
+    assert prof.layers[1].options == prof.layers[2].options  # one class, traced once
+    assert all(1 <= len(layer.options) <= 8 for layer in prof.layers)
+    with torch.no_grad():
+        h = ref.chain.layers[0](x)
+    block = ref.chain.layers[1]
+    for option in prof.layers[1].options:
+        run = held_under_policy(block, h.clone().requires_grad_(True), option.policy)
+        assert run.held == option.saved_bytes < prof.layers[1].saved_bytes
