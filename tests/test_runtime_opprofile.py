@@ -284,3 +284,30 @@ def test_profile_attaches_each_block_class_menu_that_the_tracker_confirms():
     for option in prof.layers[1].options:
         run = held_under_policy(block, h.clone().requires_grad_(True), option.policy)
         assert run.held == option.saved_bytes < prof.layers[1].saved_bytes
+
+
+def test_a_traced_blocks_roofline_forward_is_the_sum_of_its_operators():
+    """No metadata operator (`prim.device`, which fake tensors dispatch) is costed as a kernel."""
+    import functools
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from planopt.hardware import gpu
+    from planopt.runtime.counting import TrainingStep
+    from planopt.runtime.fake import faked, trace_profile
+
+    ref = reference_model("gpt", "tiny")
+    x, y = ref.batch()
+    prof = trace_profile(ref.chain, (x, y), ref.loss_fn, gpu="h100-pcie", memory_as="cpu")
+    mode = FakeTensorMode()
+    with faked(ref.chain, mode), mode:
+        fx, fy = mode.from_tensor(x), mode.from_tensor(y)
+        run = TrainingStep(ref.chain, fx, fy, ref.loss_fn)
+        with torch.no_grad():
+            h = run.layer(0, fx)
+        ops = trace_block(
+            functools.partial(run.layer, 1),
+            (h.detach().requires_grad_(True),),
+            gpu=gpu("h100-pcie"),
+        )
+    assert prof.layers[1].fwd == pytest.approx(sum(o.seconds for o in ops.ops), rel=1e-9)

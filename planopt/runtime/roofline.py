@@ -17,8 +17,10 @@ convolutions use TF32 (`torch.backends.cudnn.allow_tf32` is True by
 default), fp32 matmuls do not (`torch.backends.cuda.matmul.allow_tf32` is
 False by default) and run at the fp32 vector rate.
 
-Views, allocations without a fill (`empty`) and `detach` launch no kernel
-and cost nothing.
+Views, allocations without a fill (`empty`), `detach` and `prim` operators
+(metadata such as `prim.device`, which fake tensors dispatch whenever a
+tensor's device is read: 150 of them per forward of a small transformer
+block) launch no kernel and cost nothing.
 """
 
 from __future__ import annotations
@@ -107,7 +109,7 @@ class RooflineMode(TorchDispatchMode):
 def op_cost(gpu: GPU, func, args, kwargs, out) -> tuple[float, float, int] | None:
     """`(seconds, flops, bytes)` of one operator's kernel on `gpu`; None: no kernel."""
     packet = func.overloadpacket
-    if func.is_view or packet in _NO_KERNEL:
+    if func.is_view or packet in _NO_KERNEL or func.namespace == "prim":
         return None
     flops = 0
     formula = flop_registry.get(packet)
