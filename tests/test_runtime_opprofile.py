@@ -24,28 +24,10 @@ from torch.utils.checkpoint import (  # noqa: E402
 )
 
 from planopt.runtime.models import reference_model  # noqa: E402
-from planopt.runtime.opprofile import trace_block  # noqa: E402
+from planopt.runtime.opprofile import called_with, trace_block  # noqa: E402
 from planopt.runtime.sac import held_under_policy, sac_context  # noqa: E402
 
 BLOCKS = ("gpt", "hf-gpt2", "hf-llama")
-
-
-def _captured(model, layer, **inputs):
-    """The args and kwargs `model` really calls `layer` with."""
-    got = {}
-
-    def hook(module, args, kwargs):
-        got["args"], got["kwargs"] = args, dict(kwargs)
-        raise StopIteration
-
-    handle = layer.register_forward_pre_hook(hook, with_kwargs=True)
-    try:
-        model(**inputs)
-    except StopIteration:
-        pass
-    finally:
-        handle.remove()
-    return got["args"], got["kwargs"]
 
 
 def _block(name: str):
@@ -86,7 +68,7 @@ def _block(name: str):
             config._attn_implementation = "sdpa"
             model = transformers.LlamaModel(config).train()
             layer = model.layers[0]
-        args, kwargs = _captured(model, layer, input_ids=ids, use_cache=False)
+        args, kwargs = called_with(model, layer, input_ids=ids, use_cache=False)
         return layer, args[0].detach(), kwargs
 
 

@@ -311,3 +311,29 @@ def _records(tracer: _Tracer, args, kwargs, out, static: list[torch.Tensor]):
             )
         )
     return tuple(ops), tuple(sizes), tuple(saved), cut
+
+
+def called_with(model: nn.Module, layer: nn.Module, *args, **kwargs) -> tuple[tuple, dict]:
+    """The positional and keyword arguments `model(*args, **kwargs)` calls `layer` with
+    (its first call; the model's forward is stopped there), to trace a block as its
+    model really runs it (a transformers decoder layer gets its rotary embeddings,
+    attention mask and position ids this way)."""
+    got: dict[str, Any] = {}
+
+    class _Stop(Exception):
+        pass
+
+    def hook(module, layer_args, layer_kwargs):
+        got["args"], got["kwargs"] = layer_args, dict(layer_kwargs)
+        raise _Stop
+
+    handle = layer.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        model(*args, **kwargs)
+    except _Stop:
+        pass
+    finally:
+        handle.remove()
+    if not got:
+        raise ValueError("called_with: the model never called the layer")
+    return got["args"], got["kwargs"]
