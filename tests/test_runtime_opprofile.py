@@ -293,3 +293,31 @@ def test_a_traced_blocks_roofline_forward_is_the_sum_of_its_operators():
             gpu=gpu("h100-pcie"),
         )
     assert prof.layers[1].fwd == pytest.approx(sum(o.seconds for o in ops.ops), rel=1e-9)
+
+
+def test_a_gpu_trace_runs_dropout_as_cudas_fused_kernel():
+    """CUDA's dropout is one `native_dropout` saving a bool mask; CPU's saves an fp32 noise."""
+    from torch import nn
+
+    from planopt.runtime.attention import gpu_kernels
+    from planopt.runtime.chain import Chain
+    from planopt.runtime.fake import trace_profile
+
+    torch.manual_seed(0)
+    chain = Chain.from_modules(
+        [nn.Linear(8, 16), nn.Sequential(nn.Dropout(0.5), nn.Linear(16, 4)), nn.Linear(4, 4)]
+    )
+    x, y = torch.randn(64, 8), torch.randint(4, (64,))
+    loss = torch.nn.functional.cross_entropy
+    cpu = trace_profile(chain, (x, y), loss, gpu="h100-pcie", memory_as="cpu", menus=False)
+    gpu = trace_profile(chain, (x, y), loss, gpu="h100-pcie", memory_as="gpu", menus=False)
+    # the dropout's output (read by the Linear) plus its noise (fp32) or mask (bool)
+    assert cpu.layers[1].saved_bytes == 64 * 16 * 4 + 64 * 16 * 4
+    assert gpu.layers[1].saved_bytes == 64 * 16 * 4 + 64 * 16
+    h = chain.layers[0](x).detach().requires_grad_(True)
+    with gpu_kernels():
+        ops = trace_block(chain.layers[1], (h,), repeats=1)
+    names = [o.op for o in ops.ops]
+    assert "aten.native_dropout.default" in names and "aten.bernoulli_.float" not in names
+    dropout = ops.ops[names.index("aten.native_dropout.default")]
+    assert dropout.random and dropout.saveable

@@ -21,7 +21,8 @@ does not depend on its device. What does:
 * attention's kernel (`planopt.runtime.attention`): `memory_as="gpu"` runs
   the GPU's flash or memory-efficient kernel, which save the log-sum-exp
   where CPU's math path (taken whenever dropout is on) saves the whole
-  attention matrix;
+  attention matrix; and dropout's: the GPU's fused `native_dropout` saves a
+  bool mask where CPU's saves the noise in the input's dtype;
 * autocast's operator lists differ between CPU and CUDA (the CPU list keeps
   a few more operators in fp32); the trace uses CPU's, as a CPU run would.
 
@@ -44,7 +45,7 @@ from planopt.errors import PlanoptError
 from planopt.hardware import GPU, TFLOP
 from planopt.hardware import gpu as gpu_named
 from planopt.profile import Profile
-from planopt.runtime.attention import gpu_attention
+from planopt.runtime.attention import gpu_kernels
 from planopt.runtime.chain import Chain, LossFn
 from planopt.runtime.counting import TrainingStep
 from planopt.runtime.counts import autocast_note, chain_layers, check_autocast
@@ -154,7 +155,7 @@ def trace_profile(
     with (
         faked(chain, mode),
         tracing_for("cuda" if on_gpu else "cpu"),
-        gpu_attention() if on_gpu else contextlib.nullcontext(),
+        gpu_kernels() if on_gpu else contextlib.nullcontext(),
         mode,
     ):
         x, y = (t if isinstance(t, FakeTensor) else mode.from_tensor(t) for t in sample_batch)
@@ -185,7 +186,7 @@ def trace_profile(
     )
     if not menus:
         return prof
-    attention = gpu_attention() if on_gpu else contextlib.nullcontext()
+    attention = gpu_kernels() if on_gpu else contextlib.nullcontext()
     with faked(chain, mode), tracing_for("cuda" if on_gpu else "cpu"), attention, mode, MetaFixes():
         static_tensors = [*chain.parameters(), *chain.buffers(), x, y]
         run = TrainingStep(chain, x, y, loss_fn, autocast)
