@@ -114,3 +114,22 @@ def test_a_plan_without_options_on_a_menu_profile_is_the_v2_plan():
     a = planopt.simulate(profile, plan)
     b = planopt.simulate(bare, Plan(plan.actions, plan.prefetch_at, plan.swap_wait))
     assert (a.makespan, a.peak_bytes) == (b.makespan, b.peak_bytes)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(v3_profiles(1, 3))
+def test_brute_force_over_menus_bounds_every_method_that_plans_over_them(profile):
+    """The oracle enumerates options too: nothing beats it, and menus never make it slower."""
+    budget = planopt.budget_from_fraction(profile, 0.7)
+    if budget < planopt.min_budget(profile):
+        return
+    oracle = planopt.solve(profile, budget, "brute-force")
+    bare = profile.replace_layers([dataclasses.replace(x, options=()) for x in profile.layers])
+    whole = planopt.solve(bare, budget, "brute-force")
+    if whole.plan is not None:
+        assert oracle.schedule.makespan <= whole.schedule.makespan * (1 + 1e-12)
+    for name in ("remat-dp", "pooch"):
+        other = planopt.solve(profile, budget, name)
+        if other.plan is not None:
+            assert oracle.plan is not None
+            assert oracle.schedule.makespan <= other.schedule.makespan * (1 + 1e-12)
