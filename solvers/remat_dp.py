@@ -12,6 +12,7 @@ solves that space exactly by labels.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from planopt.plan import Plan
@@ -82,7 +83,19 @@ def _solve_menus(problem: Problem) -> SolverOutput:
     profile = problem.profile
     chain = MenuChain(profile)
     room = math.floor(problem.budget) - profile.static_bytes
-    found, proven = solve_menus(chain, room, charge=problem.meter.charge, expired=problem.expired)
+    # The whole-layer optimum (the v2 DP, fast) is a plan of this space: the
+    # incumbent that prunes the labels.
+    bare = profile.replace_layers([dataclasses.replace(x, options=()) for x in profile.layers])
+    whole, _ = solve_certified(dataclasses.replace(problem, profile=bare, base_scorer=None))
+    incumbent = None
+    if whole.plan is not None and whole.status is Status.OPTIMAL:
+        seconds = math.fsum(
+            x.fwd for x, a in zip(bare.layers, whole.plan.actions, strict=True) if a == "recompute"
+        )
+        incumbent = (seconds, tuple(a.value for a in whole.plan.actions))
+    found, proven = solve_menus(
+        chain, room, incumbent=incumbent, charge=problem.meter.charge, expired=problem.expired
+    )
     if found is None:
         if not proven:
             return SolverOutput(

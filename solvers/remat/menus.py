@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from planopt.profile import Profile
 
 NEG = -(1 << 62)  # "no op of positive duration here"
+DEAD = 1 << 62  # "no completion from here fits"
 
 
 @dataclass(frozen=True)
@@ -193,6 +194,7 @@ def solve_menus(
     chain: MenuChain,
     room: int,
     *,
+    incumbent: tuple[float, tuple[str, ...]] | None = None,
     charge: Callable[[float], None] = lambda units: None,
     expired: Callable[[], bool] = lambda: False,
 ) -> tuple[MenuPlan | None, bool]:
@@ -201,25 +203,77 @@ def solve_menus(
     Returns `(plan, proven)`: `(None, True)` when no plan fits, `(None, False)`
     when the limit came first. Labels `(H, seconds, back-pointer)` per node
     `(k, a)`, Pareto-pruned; nodes in layer order, so a label is final when
-    its node is expanded. Work: one unit per 10^6 segment costs (charged per node).
+    its node is expanded. Two proven prunings: a label whose `H` plus the
+    least any completion needs (`need`, a backward pass) exceeds the room, and
+    one whose seconds plus a lower bound on the rest (`rest`: the cheapest
+    completion with `H` ignored) exceed the incumbent's (`incumbent`: seconds
+    beyond `T_ideal` and actions of a known fitting plan without options, or
+    the best completed label). Work: one unit per 10^6 segment-cost terms.
     """
     n = chain.n
     if chain.pg_from[0] > room:
         return None, True
+    order = [(-1, 0)] + [(k, a) for k in range(n) for a in range(len(chain.choices[k]))]
+    edges, evaluated = _edges(chain, order, room)
+    charge(evaluated * 1e-6)
+    if expired():
+        return None, False
+    need, rest = _lookahead(chain, order, edges)
+    best_seconds = math.inf if incumbent is None else incumbent[0]
+    slack = 1e-9 * (1.0 + abs(best_seconds)) if best_seconds < math.inf else 0.0
     # labels[(k, a)] = list of (H, seconds, parent label, (k, a), t)
     start = (0, 0.0, None, (-1, 0), -1)
     labels: dict[tuple[int, int], list[tuple]] = {(-1, 0): [start]}
-    finals: list[tuple] = []
-    order = [(-1, 0)] + [(k, a) for k in range(n) for a in range(len(chain.choices[k]))]
+    best: tuple | None = None
     for node in order:
         here = _pareto(labels.pop(node, []))
         if not here:
             continue
         if expired():
             return None, False
+        for t, b, cost, held, extra in edges[node]:
+            nxt = (t + 1, b)
+            ahead = need.get(nxt, NEG)
+            after = rest.get(nxt, 0.0)
+            for label in here:
+                if cost > NEG and label[0] + cost > room:
+                    break  # labels are by H ascending: none after fits either
+                h_new = label[0] + held
+                s_new = label[1] + extra
+                if ahead > NEG and h_new + ahead > room:
+                    continue
+                if s_new + after > best_seconds + slack:
+                    continue
+                new = (h_new, s_new, label, nxt, t)
+                if t + 1 < n:
+                    labels.setdefault(nxt, []).append(new)
+                elif best is None or (s_new, h_new) < (best[1], best[0]):
+                    best = new
+                    if s_new < best_seconds:
+                        best_seconds = s_new
+                        slack = 1e-9 * (1.0 + abs(best_seconds))
+    if best is None or (incumbent is not None and best[1] >= incumbent[0]):
+        if incumbent is None:
+            return None, True
+        actions = incumbent[1]
+        options = (None,) * n
+        return MenuPlan(
+            actions,
+            options,
+            chain.profile.t_ideal + incumbent[0],
+            chain.peak(actions, options),
+        ), True
+    return _plan(chain, best), True
+
+
+def _edges(chain: MenuChain, order, room: int):
+    """Every segment that fits an empty `H` from each node: (t, b, cost, held, seconds)."""
+    n = chain.n
+    edges: dict[tuple[int, int], list[tuple]] = {}
+    evaluated = 0
+    for node in order:
         k, a = node
-        least = here[0][0]
-        evaluated = 0
+        out = []
         recompute = 0.0
         for t in range(k, n):
             if t > k:
@@ -229,22 +283,40 @@ def solve_menus(
             for b in tops:
                 cost, held, grown = chain.segment(k, a, t, b)
                 evaluated += t - k + 2
+                if cost > room:
+                    continue
                 extra = recompute + (chain.choices[t + 1][b][2] if t + 1 < n else 0.0)
-                for label in here:
-                    if cost > NEG and label[0] + cost > room:
-                        continue
-                    new = (label[0] + held, label[1] + extra, label, (t + 1, b), t)
-                    if t + 1 < n:
-                        labels.setdefault((t + 1, b), []).append(new)
-                    else:
-                        finals.append(new)
-            if grown > NEG and least + grown > room:
+                out.append((t, b, cost, held, extra))
+            if grown > room:
                 break  # every longer run from (k, a) holds these terms too
-        charge(evaluated * 1e-6)
-    if not finals:
-        return None, True
-    best = min(finals, key=lambda lab: (lab[1], lab[0]))
-    return _plan(chain, best), True
+        edges[node] = out
+    return edges, evaluated
+
+
+def _lookahead(chain: MenuChain, order, edges):
+    """Per node: `need`, the least `H`-relative peak any completion has (NEG: none has
+    an op), and `rest`, the least seconds any completion adds with `H` ignored."""
+    n = chain.n
+    need: dict[tuple[int, int], int] = {}
+    rest: dict[tuple[int, int], float] = {}
+    for node in reversed(order):
+        best_need, best_rest = None, math.inf
+        for t, b, cost, held, extra in edges[node]:
+            if t + 1 < n:
+                nxt = (t + 1, b)
+                if nxt not in rest or rest[nxt] == math.inf:
+                    continue
+                later = need[nxt]
+                total = max(cost, held + later if later > NEG else NEG)
+                seconds = extra + rest[nxt]
+            else:
+                total, seconds = cost, extra
+            best_need = total if best_need is None else min(best_need, total)
+            best_rest = min(best_rest, seconds)
+        # A node no completion leaves fits nothing: its need is beyond any room.
+        need[node] = DEAD if best_rest == math.inf else (NEG if best_need is None else best_need)
+        rest[node] = best_rest
+    return need, rest
 
 
 def _pareto(labels: list[tuple]) -> list[tuple]:
