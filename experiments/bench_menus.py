@@ -17,9 +17,10 @@ LlamaDecoderLayer called with the keyword arguments their models pass them,
    predicted `r_k`, and the replay checkpoint really runs, timed on the
    thread's CPU clock (median of 5), beside the block's plain forward.
 4. the same blocks at GPT-2 size (d=768, batch 8, sequence 1024) traced
-   under `FakeTensorMode` with roofline times on an H100 (what
-   `profile-model` attaches): the thinned front against the block's
-   roofline forward.
+   under `FakeTensorMode` as `profile-model` traces them (sizes as the CUDA
+   allocator rounds them, the GPU's attention and dropout kernels, bf16
+   autocast), roofline times on an H100: the thinned front against the
+   block's roofline forward.
 
 Timing is reported, never asserted (the machine is shared).
 """
@@ -152,14 +153,16 @@ def measured(lines: list[str]) -> None:
 def traced(lines: list[str]) -> None:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    from planopt.runtime.attention import gpu_kernels
     from planopt.runtime.fake import faked
+    from planopt.runtime.tracker import tracing_for
 
     record = gpu("h100-pcie")
     for kind, title in (("gpt2", "GPT2Block"), ("llama", "LlamaDecoderLayer")):
         torch.manual_seed(0)
         mode = FakeTensorMode()
         layer, x, kwargs = _hf(kind, 768, 12, 1024, 8)
-        with faked(layer, mode), mode:
+        with faked(layer, mode), tracing_for("cuda"), gpu_kernels(), mode:
             fx = mode.from_tensor(x).requires_grad_(True)
             fk = {k: _fake(v, mode) for k, v in kwargs.items()}
             with torch.autocast("cpu", dtype=torch.bfloat16):

@@ -321,3 +321,26 @@ def test_a_gpu_trace_runs_dropout_as_cudas_fused_kernel():
     assert "aten.native_dropout.default" in names and "aten.bernoulli_.float" not in names
     dropout = ops.ops[names.index("aten.native_dropout.default")]
     assert dropout.random and dropout.saveable
+
+
+def test_a_layer_that_changes_its_input_in_place_gets_its_menu():
+    """The traced input is not a leaf, as in training (an in-place ReLU on a leaf is refused)."""
+    from torch import nn
+
+    from planopt.hardware import Device
+    from planopt.runtime.chain import Chain
+    from planopt.runtime.profiler import profile
+
+    torch.manual_seed(0)
+    chain = Chain.from_modules(
+        [
+            nn.Linear(8, 8),
+            nn.Sequential(nn.ReLU(inplace=True), nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 8)),
+            nn.Linear(8, 3),
+        ]
+    )
+    x, y = torch.randn(4, 8), torch.randint(3, (4,))
+    link = Device("pcie", 1e9, 1e9, 1e-5)
+    loss = torch.nn.functional.cross_entropy
+    prof = profile(chain, (x, y), loss, iterations=1, warmup=0, link=link)
+    assert prof.layers[1].options and prof.layers[1].options[0].saved_bytes == 0

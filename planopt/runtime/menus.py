@@ -54,7 +54,10 @@ def add_menus(
         for i, layer in enumerate(prof.layers):
             key = layer.signature or f"#{i}"
             if key not in fronts:
-                x = h.detach().requires_grad_(i > 0 and h.is_floating_point())
+                x = h.detach()
+                if i > 0 and x.is_floating_point():
+                    # not a leaf, as in training (a layer may change its input in place)
+                    x = x.requires_grad_(True).clone()
                 ops = trace_block(
                     functools.partial(run.layer, i),
                     (x,),

@@ -26,6 +26,10 @@ So a policy that saves the positions of a menu entry saves those operators
   version changed);
 * whether it draws random numbers (`nondeterministic_seeded`).
 
+NOTE (memory): the trace keeps every operator's outputs alive until the
+forward ends (storages are told apart by identity), so it holds a block's
+temporaries on top of what the block saves.
+
 `cut`: checkpoint's replay stops when it has packed again as many tensors
 as the forward packed (early stop, its default), so it runs only operators
 before the position where the forward packed its last tensor (a tensor
