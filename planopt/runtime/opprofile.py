@@ -20,11 +20,24 @@ So a policy that saves the positions of a menu entry saves those operators
   operator's output);
 * its time: measured (median over `repeats` runs, CUDA synchronised per
   operator), or its roofline on a named GPU (`planopt.runtime.roofline`),
-  typically under `FakeTensorMode`;
+  typically under `FakeTensorMode`; the Python time between operators
+  before the cut (measured only) is the profile's `overhead`, which every
+  replay spends whatever it saves;
 * whether SAC may cache it (`saveable`): not an in-place operator, and no
   later operator mutates its outputs (SAC refuses a cached tensor whose
   version changed);
 * whether it draws random numbers (`nondeterministic_seeded`).
+
+NOTE (devices): positions are those of the operators the traced device
+dispatches. A fake trace for a GPU (`trace_profile`, `profile-model`) runs
+the GPU's attention and dropout operators (`planopt.runtime.attention`) but
+CPU autocast's lists of operators cast to fp32, which differ from CUDA's in
+a few operators; where they differ, a policy from a fake trace names other
+operators on the GPU than in the trace. A measured trace (`profile` on the
+device) has no such gap.
+
+`called_with(model, layer, ...)` gives the arguments a model really calls
+a layer with (a transformers decoder layer's rotary embeddings and mask).
 
 NOTE (memory): the trace keeps every operator's outputs alive until the
 forward ends (storages are told apart by identity), so it holds a block's
