@@ -344,3 +344,42 @@ def test_a_layer_that_changes_its_input_in_place_gets_its_menu():
     loss = torch.nn.functional.cross_entropy
     prof = profile(chain, (x, y), loss, iterations=1, warmup=0, link=link)
     assert prof.layers[1].options and prof.layers[1].options[0].saved_bytes == 0
+
+
+@pytest.mark.parametrize("model", ["mlp", "vgg", "resnet", "gpt", "hf-gpt2", "hf-llama"])
+@pytest.mark.parametrize("how", ["measured", "traced-gpu"])
+def test_each_traced_class_keeps_what_the_profilers_counting_step_counts(model, how, monkeypatch):
+    """Two counts of a layer's internals agree: the operator trace's and the profile's."""
+    import planopt.runtime.menus as menus
+    from planopt.hardware import Device
+    from planopt.runtime.fake import trace_profile
+    from planopt.runtime.profiler import profile
+
+    if model.startswith("hf-"):
+        pytest.importorskip("transformers")
+        from planopt.runtime.hf import hf_model
+
+        ref = hf_model(model.removeprefix("hf-"), "tiny")
+    else:
+        ref = reference_model(model, "tiny")
+    traced: list[int] = []
+    original = menus.trace_block
+
+    def trace(*args, **kwargs):
+        ops = original(*args, **kwargs)
+        traced.append(ops.saved_bytes)
+        return ops
+
+    monkeypatch.setattr(menus, "trace_block", trace)
+    x, y = ref.batch()
+    if how == "measured":
+        link = Device("pcie", 1e9, 1e9, 1e-5)
+        prof = profile(ref.chain, (x, y), ref.loss_fn, iterations=1, warmup=0, link=link)
+    else:
+        prof = trace_profile(
+            ref.chain, (x, y), ref.loss_fn, gpu="h100-pcie", autocast=torch.bfloat16
+        )
+    by_class: dict[str | None, int] = {}
+    for layer in prof.layers:
+        by_class.setdefault(layer.signature, layer.saved_bytes)
+    assert traced == list(by_class.values())
