@@ -129,7 +129,7 @@ def measured(lines: list[str]) -> None:
             f"{len(ops.ops)} operators (as SAC's policy sees them), {len(ops.storage_bytes)} "
             f"internal storages, replay cut at {ops.cut}; whole layer keeps s = "
             f"{ops.saved_bytes:,} B; plain forward {forward * 1e3:.3f} ms (thread time); "
-            f"Python between operators (always replayed) {ops.overhead * 1e3:.3f} ms.",
+            f"Python between operators (always replayed) {ops.overhead() * 1e3:.3f} ms.",
             "",
             f"Exact front: **{len(front)} entries**. Tracker under checkpoint with each entry's "
             f"policy: **{equal} equal, {over} over-predicted, {under} under-predicted**.",

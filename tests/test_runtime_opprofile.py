@@ -149,9 +149,16 @@ def test_the_replay_runs_exactly_the_unsaved_operators_before_the_cut(name):
         saved = set(entry.policy)
         replayed = _replayed(block, x.detach().clone().requires_grad_(True), kwargs, saved)
         assert replayed == [o.op for o in ops.ops[: ops.cut] if o.position not in saved]
+    # without early stop the replay runs the whole forward, and the menu says so
+    assert ops.cut < len(ops.ops)
+    for entry in ops.menu(early_stop=False)[::5]:
+        saved = set(entry.policy)
+        xx = x.detach().clone().requires_grad_(True)
+        replayed = _replayed(block, xx, kwargs, saved, early_stop=False)
+        assert replayed == [o.op for o in ops.ops if o.position not in saved]
 
 
-def _replayed(block, x, kwargs, saved) -> list[str]:
+def _replayed(block, x, kwargs, saved, early_stop=True) -> list[str]:
     """The operators checkpoint's replay really runs under a policy saving `saved`."""
     executed = _Executed()
     calls = [0]
@@ -165,7 +172,9 @@ def _replayed(block, x, kwargs, saved) -> list[str]:
             executed.on = False
 
     with executed:
-        out = checkpoint(fn, x, use_reentrant=False, context_fn=sac_context(sorted(saved)))
+        out = checkpoint(
+            fn, x, use_reentrant=False, context_fn=sac_context(sorted(saved)), early_stop=early_stop
+        )
         out = out[0] if isinstance(out, tuple) else out
         out.sum().backward()
     return executed.ops
@@ -207,7 +216,7 @@ def test_the_fake_trace_on_a_named_gpu_counts_the_same_storages():
     assert fake.storage_bytes == real.storage_bytes
     assert (fake.saved, fake.cut) == (real.saved, real.cut)
     assert [o.storages for o in fake.ops] == [o.storages for o in real.ops]
-    assert fake.overhead == 0.0
+    assert fake.overhead() == 0.0
     assert all(o.seconds > 0 for o in fake.ops if "addmm" in o.op or "bmm" in o.op)
     assert all(o.seconds == 0 for o in fake.ops if o.op in ("aten.view.default", "aten.t.default"))
     assert fake.menu()[0].saved_bytes == 0

@@ -42,8 +42,13 @@ def add_menus(
     size: int | None = MENU_SIZE,
     timer: str = "wall",
     repeats: int = 3,
+    early_stop: bool = True,
 ) -> Profile:
-    """`prof` with each layer's menu (module doc); `gpu`: roofline times on it, else measured."""
+    """`prof` with each layer's menu (module doc); `gpu`: roofline times on it, else measured.
+
+    `early_stop`: the runtime's checkpoint replays up to the last tensor the
+    backward needs (torch's default), or the whole forward (False).
+    """
     if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
         raise ValueError(f"menu size must be an integer >= 1 or None, got {size!r}")
     static = list(static)
@@ -66,7 +71,7 @@ def add_menus(
                     repeats=repeats,
                     timer=timer,
                 )
-                menu = ops.menu()
+                menu = ops.menu(early_stop)
                 fronts[key] = menu if size is None else thin(menu, size)
             layers[i] = dataclasses.replace(
                 layer, options=layer_options(fronts[key], below=layer.saved_bytes)

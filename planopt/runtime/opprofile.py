@@ -20,9 +20,8 @@ So a policy that saves the positions of a menu entry saves those operators
   operator's output);
 * its time: measured (median over `repeats` runs, CUDA synchronised per
   operator), or its roofline on a named GPU (`planopt.runtime.roofline`),
-  typically under `FakeTensorMode`; the Python time between operators
-  before the cut (measured only) is the profile's `overhead`, which every
-  replay spends whatever it saves;
+  typically under `FakeTensorMode`; and the Python time before it
+  (`between`, measured only), which a replay spends whatever it saves;
 * whether SAC may cache it (`saveable`): not an in-place operator, and no
   later operator mutates its outputs (SAC refuses a cached tensor whose
   version changed);
@@ -46,7 +45,8 @@ temporaries on top of what the block saves.
 `cut`: checkpoint's replay stops when it has packed again as many tensors
 as the forward packed (early stop, its default), so it runs only operators
 before the position where the forward packed its last tensor (a tensor
-packed as an operator's input is packed before the operator runs).
+packed as an operator's input is packed before the operator runs). With
+`early_stop=False` it runs the whole forward (`OpProfile.menu(early_stop=)`).
 """
 
 from __future__ import annotations
@@ -84,6 +84,7 @@ class OpRecord:
     seconds: float
     saveable: bool
     random: bool
+    between: float = 0.0  # Python seconds before it (measured; 0 for a roofline)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,29 +95,40 @@ class OpProfile:
     storage_bytes: tuple[int, ...]
     saved: tuple[int, ...]  # internal storages autograd saves: the whole layer's internals
     cut: int
-    overhead: float = 0.0  # seconds the replay spends between operators (Python), always
 
     @property
     def saved_bytes(self) -> int:
         """What the block holds between its forward and backward without checkpointing."""
         return sum(self.storage_bytes[s] for s in self.saved)
 
-    @property
-    def replay_seconds(self) -> float:
+    def replayed(self, early_stop: bool = True) -> int:
+        """How many operators a replay runs through: `cut` with early stop, else all."""
+        return self.cut if early_stop else len(self.ops)
+
+    def overhead(self, early_stop: bool = True) -> float:
+        """Python seconds a replay spends between operators, whatever it saves."""
+        return sum(op.between for op in self.ops[: self.replayed(early_stop)])
+
+    def replay_seconds(self, early_stop: bool = True) -> float:
         """Replay time with nothing saved (the menu's entry at 0 bytes, when allowed)."""
-        return self.overhead + sum(op.seconds for op in self.ops[: self.cut])
+        end = self.replayed(early_stop)
+        return self.overhead(early_stop) + sum(op.seconds for op in self.ops[:end])
 
     def menu_ops(self) -> tuple[MenuOp, ...]:
         return tuple(MenuOp(o.seconds, o.storages, o.saveable, o.random) for o in self.ops)
 
-    def menu(self) -> tuple[MenuEntry, ...]:
-        """The exact front (`planopt.sacmenu.pareto_menu`) holding less than `saved_bytes`."""
+    def menu(self, early_stop: bool = True) -> tuple[MenuEntry, ...]:
+        """The exact front (`planopt.sacmenu.pareto_menu`) holding less than `saved_bytes`.
+
+        `early_stop`: how the runtime's `checkpoint` replays (its `early_stop`
+        argument): up to the cut (torch's default), or the whole forward.
+        """
         return pareto_menu(
             self.menu_ops(),
             self.storage_bytes,
-            self.cut,
+            self.replayed(early_stop),
             below=self.saved_bytes,
-            fixed=self.overhead,
+            fixed=self.overhead(early_stop),
         )
 
 
@@ -263,13 +275,12 @@ def trace_block(
             seconds[j],
             o.saveable,
             o.random,
+            # per position, so that one stall of a loaded machine does not count
+            0.0 if gpu is not None else statistics.median(run[j] for run in gaps),
         )
         for j, o in enumerate(ops)
     )
-    # per position, so that one stall of a loaded machine does not count
-    between = sum(statistics.median(run[j] for run in gaps) for j in range(record[3]))
-    overhead = 0.0 if gpu is not None else between
-    return OpProfile(ops, storage_bytes, saved, cut, overhead)
+    return OpProfile(ops, storage_bytes, saved, cut)
 
 
 def _records(tracer: _Tracer, args, kwargs, out, static: list[torch.Tensor]):
