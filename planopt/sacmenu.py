@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from planopt.errors import PlanoptError
 from planopt.menu import LayerOption
 
-# A group with more storages than this is not enumerated (2**n subsets).
+# A group with more operators and more storages than this is not enumerated (2**n subsets).
 MAX_GROUP_STORAGES = 16
 
 
@@ -144,16 +144,30 @@ def _group_front(
     forced_in: set[int],
     forced_out: set[int],
 ) -> _Front:
+    """Every choice of the group (module NOTE): each union of its operators' storages,
+    with every operator inside it saved, enumerated over whichever is fewer: subsets of
+    the operators or of the storages."""
     storages = sorted({s for j in group for s in ops[j].storages})
-    if len(storages) > MAX_GROUP_STORAGES:
-        raise MenuError(
-            f"menu: operators {group[:4]}... share {len(storages)} storages; at most "
-            f"{MAX_GROUP_STORAGES} are enumerated exactly"
-        )
     index = {s: k for k, s in enumerate(storages)}
     masks = {j: sum(1 << index[s] for s in ops[j].storages) for j in group}
+    if min(len(group), len(storages)) > MAX_GROUP_STORAGES:
+        raise MenuError(
+            f"menu: operators {group[:4]}... share {len(storages)} storages; at most "
+            f"{MAX_GROUP_STORAGES} operators or storages of a group are enumerated exactly"
+        )
+    if len(group) < len(storages):
+        unions = set()
+        for subset in range(1 << len(group)):
+            union = 0
+            for k, j in enumerate(group):
+                if subset >> k & 1:
+                    union |= masks[j]
+            unions.add(union)
+        candidates = sorted(unions)
+    else:
+        candidates = range(1 << len(storages))
     points = []
-    for subset in range(1 << len(storages)):
+    for subset in candidates:
         chosen = tuple(j for j in group if masks[j] & ~subset == 0 and j not in forced_out)
         if any(j in forced_in and j not in chosen for j in group):
             continue

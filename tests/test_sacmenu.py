@@ -112,3 +112,20 @@ def test_thin_keeps_both_ends_and_the_size():
 def test_bad_records_are_refused_with_the_rule(ops, sizes, cut, match):
     with pytest.raises(MenuError, match=match):
         pareto_menu(ops, sizes, cut)
+
+
+def test_one_operator_with_many_storages_is_saved_whole_or_not():
+    # 20 storages, one operator: 2 choices, enumerated over the operator, not 2**20
+    ops = [MenuOp(1.0, tuple(range(20))), MenuOp(0.5, (3,))]
+    menu = pareto_menu(ops, [1] * 20, cut=2)
+    assert [(e.saved_bytes, e.recompute, e.policy) for e in menu] == [
+        (0, 1.5, ()),
+        (1, 1.0, (1,)),
+        (20, 0.0, (0, 1)),
+    ]
+
+
+def test_a_group_too_large_either_way_is_refused_with_the_rule():
+    ops = [MenuOp(1.0, (k, k + 1)) for k in range(17)]
+    with pytest.raises(MenuError, match="at most 16 operators or storages of a group"):
+        pareto_menu(ops, [1] * 18, cut=17)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 from collections.abc import Iterable
 
 import torch
@@ -26,7 +27,7 @@ from planopt.profile import Profile
 from planopt.runtime.counting import TrainingStep
 from planopt.runtime.opprofile import trace_block
 from planopt.runtime.training import restored
-from planopt.sacmenu import MenuEntry, layer_options, thin
+from planopt.sacmenu import MenuEntry, MenuError, layer_options, thin
 
 # Entries kept per layer by default: enough for the planner to choose among,
 # few enough that every method (the exact MIP included) stays quick.
@@ -71,7 +72,11 @@ def add_menus(
                     repeats=repeats,
                     timer=timer,
                 )
-                menu = ops.menu(early_stop)
+                try:
+                    menu = ops.menu(early_stop)
+                except MenuError as error:  # a group too large to enumerate exactly
+                    warnings.warn(f"{layer.name}: no menu ({error})", stacklevel=2)
+                    menu = ()
                 fronts[key] = menu if size is None else thin(menu, size)
             layers[i] = dataclasses.replace(
                 layer, options=layer_options(fronts[key], below=layer.saved_bytes)
