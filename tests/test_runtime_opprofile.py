@@ -392,3 +392,18 @@ def test_each_traced_class_keeps_what_the_profilers_counting_step_counts(model, 
     for layer in prof.layers:
         by_class.setdefault(layer.signature, layer.saved_bytes)
     assert traced == list(by_class.values())
+
+
+def test_a_layer_whose_menu_cannot_be_enumerated_is_left_whole_with_a_warning(monkeypatch):
+    import planopt.sacmenu
+    from planopt.hardware import Device
+    from planopt.runtime.profiler import profile
+
+    monkeypatch.setattr(planopt.sacmenu, "MAX_GROUP_STORAGES", 1)
+    ref = reference_model("gpt", "tiny")
+    x, y = ref.batch()
+    link = Device("pcie", 1e9, 1e9, 1e-5)
+    with pytest.warns(UserWarning) as warned:
+        prof = profile(ref.chain, (x, y), ref.loss_fn, iterations=1, warmup=0, link=link)
+    assert any(str(w.message).startswith("block0: no menu (menu: operators") for w in warned)
+    assert prof.layers[1].options == () and prof.layers[1].saved_bytes > 0
