@@ -252,9 +252,19 @@ def test_an_output_mutated_later_is_never_saved_and_every_entry_runs():
         assert run.held == entry.saved_bytes
 
 
-def test_a_bad_timer_is_refused():
-    with pytest.raises(ValueError, match="timer must be one of wall, thread"):
+def test_bad_options_are_refused_with_the_rule():
+    from planopt.errors import PlanoptError
+    from planopt.hardware import Device
+    from planopt.runtime.profiler import profile
+
+    with pytest.raises(PlanoptError, match="timer must be one of wall, thread, got 'cpu'"):
         trace_block(torch.nn.Linear(2, 2), (torch.randn(1, 2),), timer="cpu")
+    with pytest.raises(PlanoptError, match="repeats must be >= 1 and warmup >= 0, got 0, 1"):
+        trace_block(torch.nn.Linear(2, 2), (torch.randn(1, 2),), repeats=0)
+    ref = reference_model("mlp", "tiny")
+    link = Device("pcie", 1e9, 1e9, 1e-5)
+    with pytest.raises(PlanoptError, match="menu_size must be an integer >= 1 or None, got 0"):
+        profile(ref.chain, ref.batch(), ref.loss_fn, iterations=1, warmup=0, link=link, menu_size=0)
 
 
 def test_profile_attaches_each_block_class_menu_that_the_tracker_confirms():

@@ -51,7 +51,7 @@ def add_menus(
     backward needs (torch's default), or the whole forward (False).
     """
     if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
-        raise ValueError(f"menu size must be an integer >= 1 or None, got {size!r}")
+        raise MenuError(f"menu_size must be an integer >= 1 or None, got {size!r}")
     static = list(static)
     fronts: dict[str, tuple[MenuEntry, ...]] = {}
     layers = list(prof.layers)

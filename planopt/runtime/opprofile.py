@@ -68,7 +68,7 @@ from planopt.hardware import GPU
 from planopt.runtime.roofline import op_cost
 from planopt.runtime.storage import plain, storage_key, storage_nbytes
 from planopt.runtime.training import TIMERS
-from planopt.sacmenu import MenuEntry, MenuOp, pareto_menu
+from planopt.sacmenu import MenuEntry, MenuError, MenuOp, pareto_menu
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,10 +227,12 @@ def trace_block(
     out, as `profile(timer="thread")`). The RNG state is restored after.
     """
     if timer not in TIMERS:
-        raise ValueError(f"timer must be one of {', '.join(TIMERS)}, got {timer!r}")
+        raise MenuError(f"trace_block: timer must be one of {', '.join(TIMERS)}, got {timer!r}")
     now = time.thread_time if timer == "thread" else time.perf_counter
     if repeats < 1 or warmup < 0:
-        raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats}, {warmup}")
+        raise MenuError(
+            f"trace_block: repeats must be >= 1 and warmup >= 0, got {repeats}, {warmup}"
+        )
     kwargs = dict(kwargs or {})
     static = list(static)
     if isinstance(fn, nn.Module):
