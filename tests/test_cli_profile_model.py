@@ -1,4 +1,4 @@
-"""`planopt profile-model`: a real model's /2 profile, written without a GPU; bad input exits 2.
+"""`planopt profile-model`: a real model's /3 profile (/2 without menus), no GPU; bad input exits 2.
 
 Output sizes are checked against tensor shapes worked out by hand from the
 published architectures (ResNet-50's stem output is 64 x 56 x 56 per image,
@@ -88,3 +88,28 @@ def test_missing_output_folder_is_refused(capsys, tmp_path):
     target = tmp_path / "no" / "p.json"
     code, _, err = run(capsys, "profile-model", "torchvision:resnet50", "-o", str(target))
     assert code == 2 and "--output: the folder" in err and "must exist" in err
+
+
+@pytest.mark.skipif(not hf_available(), reason="needs transformers (the models extra)")
+def test_gpt2_profile_has_a_menu_per_block_and_no_menus_on_request(capsys, tmp_path):
+    with_menus, without = tmp_path / "menus.json", tmp_path / "plain.json"
+    base = ["profile-model", "hf:gpt2", "--batch", "1", "--seq", "32"]
+    code, _, err = run(capsys, *base, "--menu-size", "5", "-o", str(with_menus))
+    assert code == 0, err
+    code, _, err = run(capsys, *base, "--no-menus", "-o", str(without))
+    assert code == 0, err
+    assert '"format": "planopt.profile/3"' in with_menus.read_text()
+    assert '"format": "planopt.profile/2"' in without.read_text()
+    prof, plain = load_profile(with_menus), load_profile(without)
+    assert not any(layer.options for layer in plain.layers)
+    blocks = prof.layers[1:-1]
+    # identical blocks get one menu: the exact front, thinned to 5, at 0 bytes first
+    assert len({layer.options for layer in blocks}) == 1
+    options = blocks[0].options
+    assert 2 <= len(options) <= 5 and options[0].saved_bytes == 0
+    assert all(0 <= o.saved_bytes < blocks[0].saved_bytes and o.recompute > 0 for o in options)
+    assert [o.saved_bytes for o in options] == sorted(o.saved_bytes for o in options)
+    # the layers themselves are the /2 profile's
+    for a, b in zip(prof.layers, plain.layers, strict=True):
+        assert (a.saved_bytes, a.out_bytes, a.fwd) == (b.saved_bytes, b.out_bytes, b.fwd)
+    assert "Menus (cost model v3)" in prof.source

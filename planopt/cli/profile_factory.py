@@ -169,6 +169,8 @@ def _traced(args, chain, batch, loss_fn, record, autocast, factory: str, dtype: 
         autocast=autocast,
         grads_to_none=args.grads_to_none,
         name=args.name or f"{factory}-{record.name}-{dtype}-traced",
+        menus=not args.no_menus,
+        menu_size=args.menu_size,
     )
 
 
@@ -195,5 +197,7 @@ def _measured(args, chain, batch, loss_fn, link, autocast, factory: str, dtype: 
         grads_to_none=args.grads_to_none,
         autocast=autocast,
         name=args.name or f"{factory}-{device.type}-{dtype}-measured",
+        menus=not args.no_menus,
+        menu_size=args.menu_size,
     )
     return prof, device

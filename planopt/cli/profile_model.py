@@ -1,12 +1,16 @@
 """`planopt profile-model NAME --batch N --gpu GPU --dtype bf16 -o out.json`: a real
-model's `/2` profile without a GPU; `planopt profile-model module:factory -o out.json`:
-your own model's, measured (`planopt.cli.profile_factory`).
+model's `/3` profile (each block with its menu of SAC options) without a GPU;
+`planopt profile-model module:factory -o out.json`: your own model's, measured
+(`planopt.cli.profile_factory`).
 
 A named model is built from its published configuration under torch's
 `FakeTensorMode` (no weights, no data) and one training step is traced
 (`planopt.runtime.fake.trace_profile`): memory exactly as the runtime
 profiler counts it, times by roofline on the named GPU (estimates, and the
-profile's source says so). torch is imported only when the command runs.
+profile's source says so). Each layer class's menu (cost model v3) is traced
+operator by operator under the same fake mode (`planopt.runtime.menus`);
+`--no-menus` writes the whole-layer `/2` profile. torch is imported only
+when the command runs.
 """
 
 from __future__ import annotations
@@ -43,8 +47,9 @@ def register(command: AddCommand) -> None:
     gpus = ", ".join(n for g in GPUS.values() for n in (g.name, *g.aliases))
     p = command(
         "profile-model",
-        "write the planopt.profile/2 of a real model at a real batch size for a named GPU, "
-        "without a GPU (memory traced exactly with fake tensors, times estimated by roofline)",
+        "write the planopt.profile/3 of a real model at a real batch size for a named GPU, "
+        "without a GPU (memory traced exactly with fake tensors, times estimated by roofline; "
+        "each block with its menu of selective-checkpointing options)",
         run,
     )
     p.add_argument(
@@ -77,6 +82,18 @@ def register(command: AddCommand) -> None:
         "--grads-to-none",
         action="store_true",
         help="parameter gradients set to None between steps (zero_grad's default)",
+    )
+    p.add_argument(
+        "--no-menus",
+        action="store_true",
+        help="whole layers only: a planopt.profile/2 without the blocks' menus",
+    )
+    p.add_argument(
+        "--menu-size",
+        type=positive_int,
+        default=8,
+        metavar="N",
+        help="at most N options per layer, spread along its exact front (default: 8)",
     )
     p.add_argument("--name", help="the profile's name (default: from model, batch, GPU, dtype)")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="profile JSON to write")
@@ -129,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
         autocast=autocast,
         grads_to_none=args.grads_to_none,
         name=name,
+        menus=not args.no_menus,
+        menu_size=args.menu_size,
     )
     save_profile(profile, args.output)
     activations = sum(layer.out_bytes + layer.saved_bytes for layer in profile.layers)

@@ -13,6 +13,12 @@ function calls those kernels' own ATen operators, whose meta kernels give
 fake tensors the GPU's shapes and whose autograd saves what the GPU's saves.
 The math path (an explicit attention mask of another dtype, a head
 dimension over 256 with fp16/bf16 and a mask) is left to PyTorch.
+
+NOTE (dropout): `F.dropout` also picks its kernel by device. On CPU it is
+`empty_like`, `bernoulli_`, `div_` and `mul`, and autograd saves the noise in
+the input's dtype; on CUDA it is one fused `native_dropout`, which saves a
+bool mask (a quarter of an fp32 noise) and is one operator for selective
+checkpointing. `gpu_kernels()` makes both functions run the GPU's operators.
 """
 
 from __future__ import annotations
@@ -101,3 +107,28 @@ def gpu_attention() -> Iterator[None]:
         yield
     finally:
         F.scaled_dot_product_attention = original
+
+
+def _dropout_gpu(
+    original, input: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False
+) -> torch.Tensor:
+    # CUDA's condition for the fused kernel (aten/src/ATen/native/Dropout.cpp)
+    if training and 0 < p < 1 and input.numel() > 0 and not inplace:
+        return torch.native_dropout(input, p, True)[0]
+    return original(input, p, training, inplace)
+
+
+@contextlib.contextmanager
+def gpu_kernels() -> Iterator[None]:
+    """Attention and dropout run the GPU's operators inside (module doc)."""
+    original = F.dropout
+
+    def dropout(*args, **kwargs) -> torch.Tensor:
+        return _dropout_gpu(original, *args, **kwargs)
+
+    F.dropout = dropout
+    try:
+        with gpu_attention():
+            yield
+    finally:
+        F.dropout = original

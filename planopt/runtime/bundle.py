@@ -46,6 +46,7 @@ class Traced:
             gpu=gpu(self.gpu),
             autocast=torch.float16,
             name=self.name,
+            menus=False,  # the bundled files stay whole-block /2 profiles
         )
 
 

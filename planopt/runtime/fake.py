@@ -21,7 +21,8 @@ does not depend on its device. What does:
 * attention's kernel (`planopt.runtime.attention`): `memory_as="gpu"` runs
   the GPU's flash or memory-efficient kernel, which save the log-sum-exp
   where CPU's math path (taken whenever dropout is on) saves the whole
-  attention matrix;
+  attention matrix; and dropout's: the GPU's fused `native_dropout` saves a
+  bool mask where CPU's saves the noise in the input's dtype;
 * autocast's operator lists differ between CPU and CUDA (the CPU list keeps
   a few more operators in fp32); the trace uses CPU's, as a CPU run would.
 
@@ -43,13 +44,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from planopt.hardware import GPU, TFLOP
 from planopt.hardware import gpu as gpu_named
 from planopt.profile import Profile
-from planopt.runtime.attention import gpu_attention
+from planopt.runtime.attention import gpu_kernels
 from planopt.runtime.chain import Chain, LossFn
 from planopt.runtime.counting import TrainingStep
 from planopt.runtime.counts import autocast_note, chain_layers, check_autocast
 from planopt.runtime.errors import RuntimeOptionError
 from planopt.runtime.inputs import check_batch, check_chain, check_loss_fn
 from planopt.runtime.memory import static_bytes
+from planopt.runtime.menus import MENU_SIZE, add_menus
 from planopt.runtime.profiler import GRADS_TO_NONE_NOTE
 from planopt.runtime.roofline import RooflineMode
 from planopt.runtime.tracker import LiveMemory, TrackerProbe, tracing_for
@@ -130,13 +132,16 @@ def trace_profile(
     grads_to_none: bool = False,
     optimizer: torch.optim.Optimizer | None = None,
     name: str = "chain",
+    menus: bool = True,
+    menu_size: int | None = MENU_SIZE,
 ) -> Profile:
     """The estimated `Profile` of one training step of `chain` on `gpu` (module doc).
 
     The chain may be real (its tensors are faked for the trace and restored
     after) or built under a `FakeTensorMode` (no memory spent on weights);
     the batch may be real or fake. `gpu`: a `planopt.hardware.GPU` or its
-    name. `autocast`, `grads_to_none`, `optimizer`: as for `profile`.
+    name. `autocast`, `grads_to_none`, `optimizer`, `menus`, `menu_size`: as
+    for `profile` (menus traced under the same fake mode, roofline times).
     """
     check_chain(chain, "trace_profile")
     check_batch(sample_batch, "trace_profile")
@@ -156,7 +161,7 @@ def trace_profile(
     with (
         faked(chain, mode),
         tracing_for("cuda" if on_gpu else "cpu"),
-        gpu_attention() if on_gpu else contextlib.nullcontext(),
+        gpu_kernels() if on_gpu else contextlib.nullcontext(),
         mode,
     ):
         x, y = (t if isinstance(t, FakeTensor) else mode.from_tensor(t) for t in sample_batch)
@@ -178,13 +183,20 @@ def trace_profile(
     fwd = [roofline.seconds[f"F_{i}"] for i in range(n)]
     bwd = [roofline.seconds[f"B_{i}"] for i in range(n)]
     flops = sum(roofline.flops.values())
-    return Profile(
+    prof = Profile(
         name=name,
         device=record.device(),
         static_bytes=static.total,
         layers=chain_layers(chain, counts, fwd, bwd),
         source=_source(record, autocast, memory_as, static.note, grads_to_none, flops, built_fake),
     )
+    if not menus:
+        return prof
+    attention = gpu_kernels() if on_gpu else contextlib.nullcontext()
+    with faked(chain, mode), tracing_for("cuda" if on_gpu else "cpu"), attention, mode, MetaFixes():
+        static_tensors = [*chain.parameters(), *chain.buffers(), x, y]
+        run = TrainingStep(chain, x, y, loss_fn, autocast)
+        return add_menus(prof, run, static_tensors, gpu=record, size=menu_size)
 
 
 def _source(

@@ -52,6 +52,7 @@ from planopt.runtime.inputs import (
 )
 from planopt.runtime.link import measure_cuda_link
 from planopt.runtime.memory import static_bytes
+from planopt.runtime.menus import MENU_SIZE, add_menus
 from planopt.runtime.tracker import (
     AllocatorProbe,
     LiveMemory,
@@ -123,6 +124,8 @@ def profile(
     progress: bool | None = None,
     autocast: torch.dtype | None = None,
     timer: str = "wall",
+    menus: bool = True,
+    menu_size: int | None = MENU_SIZE,
 ) -> Profile:
     """The measured `Profile` of `chain` on `sample_batch` (see the module docstring).
 
@@ -137,6 +140,9 @@ def profile(
     `timer` (CPU): "wall" (`time.perf_counter`, default) or "thread" (the
     compute thread's CPU time, which leaves out other processes' load on a
     shared machine; see `planopt.runtime.training.Clock`).
+    `menus`: each layer's menu of SAC options (cost model v3, a `/3` profile;
+    `planopt.runtime.menus`), at most `menu_size` per layer (None: the
+    whole front); False: a `/2` profile.
     """
     return _measured(
         chain,
@@ -152,6 +158,8 @@ def profile(
         progress=progress,
         autocast=autocast,
         timer=timer,
+        menus=menus,
+        menu_size=menu_size,
     )[0]
 
 
@@ -189,6 +197,8 @@ def _measured(
     progress: bool | None = None,
     autocast: torch.dtype | None = None,
     timer: str = "wall",
+    menus: bool = True,
+    menu_size: int | None = MENU_SIZE,
 ) -> tuple[Profile, Counts]:
     """`profile`'s work, with what its counting step found."""
     check_chain(chain, "profile")
@@ -275,6 +285,9 @@ def _measured(
         source=_source(device, iterations, warmup, link_note, static.note, grads_to_none, timer)
         + autocast_note(autocast),
     )
+    if menus:
+        static = [*chain.parameters(), *chain.buffers(), x, y]
+        prof = add_menus(prof, run, static, size=menu_size, timer=timer, repeats=iterations)
     return prof, counts
 
 

@@ -17,8 +17,10 @@ convolutions use TF32 (`torch.backends.cudnn.allow_tf32` is True by
 default), fp32 matmuls do not (`torch.backends.cuda.matmul.allow_tf32` is
 False by default) and run at the fp32 vector rate.
 
-Views, allocations without a fill (`empty`) and `detach` launch no kernel
-and cost nothing.
+Views, allocations without a fill (`empty`), `detach` and `prim` operators
+(metadata such as `prim.device`, which fake tensors dispatch whenever a
+tensor's device is read: 150 of them per forward of a small transformer
+block) launch no kernel and cost nothing.
 """
 
 from __future__ import annotations
@@ -92,18 +94,27 @@ class RooflineMode(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        packet = func.overloadpacket
-        if func.is_view or packet in _NO_KERNEL:
+        cost = op_cost(self.gpu, func, args, kwargs, out)
+        if cost is None:
             return out
-        flops = 0
-        formula = flop_registry.get(packet)
-        if formula is not None:
-            flops = formula(*args, **kwargs, out_val=out)
-        dtype = kernel_dtype(packet, args) if flops else None
-        nbytes = _nbytes(tree_flatten((args, kwargs))[0]) + _nbytes(tree_flatten(out)[0])
+        seconds, flops, nbytes = cost
         where = self.label()
-        self.seconds[where] += self.gpu.seconds(flops, nbytes, dtype=dtype)
+        self.seconds[where] += seconds
         self.flops[where] += flops
         self.bytes[where] += nbytes
         self.kernels[where] += 1
         return out
+
+
+def op_cost(gpu: GPU, func, args, kwargs, out) -> tuple[float, float, int] | None:
+    """`(seconds, flops, bytes)` of one operator's kernel on `gpu`; None: no kernel."""
+    packet = func.overloadpacket
+    if func.is_view or packet in _NO_KERNEL or func.namespace == "prim":
+        return None
+    flops = 0
+    formula = flop_registry.get(packet)
+    if formula is not None:
+        flops = formula(*args, **kwargs, out_val=out)
+    dtype = kernel_dtype(packet, args) if flops else None
+    nbytes = _nbytes(tree_flatten((args, kwargs))[0]) + _nbytes(tree_flatten(out)[0])
+    return gpu.seconds(flops, nbytes, dtype=dtype), flops, nbytes

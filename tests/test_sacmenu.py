@@ -1,0 +1,131 @@
+"""The block menu's front (`planopt.sacmenu`) against brute force over every SAC policy."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import pytest
+
+from planopt.sacmenu import MenuEntry, MenuError, MenuOp, pareto_menu, policy_cost, thin
+
+
+def _valid(ops, cut, policy) -> bool:
+    """A policy SAC can run: saveable operators only; saved random ones a suffix before `cut`."""
+    if any(not ops[j].saveable for j in policy):
+        return False
+    randoms = [j for j in range(cut) if ops[j].random and ops[j].saveable]
+    flags = [j in policy for j in randoms]
+    return flags == sorted(flags)
+
+
+def _brute(ops, sizes, cut, below=None):
+    """Every subset of operators, its (h, r) by the definition, then the Pareto front."""
+    points = []
+    for n in range(len(ops) + 1):
+        for policy in itertools.combinations(range(len(ops)), n):
+            if _valid(ops, cut, policy):
+                points.append(policy_cost(ops, sizes, cut, policy))
+    front = []
+    for h, r in sorted(points, key=lambda p: (p[0], p[1])):
+        if below is not None and h >= below:
+            continue
+        if not front or r < front[-1][1] - 1e-12:
+            front.append((h, r))
+    return front
+
+
+def _instance(rng: random.Random):
+    n = rng.randint(1, 9)
+    n_storages = rng.randint(1, 5)
+    sizes = [rng.choice([0, 64, 128, 512, 1024]) for _ in range(n_storages)]
+    ops = []
+    for _ in range(n):
+        k = rng.choice([0, 1, 1, 1, 2])
+        ops.append(
+            MenuOp(
+                seconds=rng.choice([0.0, 1.0, 2.0, 3.5, 0.25]),
+                storages=tuple(sorted(rng.sample(range(n_storages), min(k, n_storages)))),
+                saveable=rng.random() < 0.85,
+                random=rng.random() < 0.25,
+            )
+        )
+    return ops, sizes, rng.randint(0, n)
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_the_front_is_brute_force_over_every_policy(seed):
+    ops, sizes, cut = _instance(random.Random(seed))
+    below = random.Random(seed + 1000).choice([None, 256, 1024])
+    menu = pareto_menu(ops, sizes, cut, below=below)
+    want = _brute(ops, sizes, cut, below)
+    assert [e.saved_bytes for e in menu] == [h for h, _ in want]
+    for e, (_, r) in zip(menu, want, strict=True):
+        assert math.isclose(e.recompute, r, abs_tol=1e-9)
+        # each entry's policy is one SAC can run and costs what the entry says
+        assert _valid(ops, cut, e.policy)
+        h, r_policy = policy_cost(ops, sizes, cut, e.policy)
+        assert h == e.saved_bytes and math.isclose(r_policy, e.recompute, abs_tol=1e-9)
+
+
+def test_a_random_operator_saved_makes_every_later_one_saved():
+    # two dropouts, each with its own storage: saving only the first is not a policy
+    ops = [
+        MenuOp(1.0, (0,), random=True),
+        MenuOp(1.0, (1,), random=True),
+    ]
+    menu = pareto_menu(ops, [10, 10], cut=2)
+    assert [(e.saved_bytes, e.policy) for e in menu] == [(0, ()), (10, (1,)), (20, (0, 1))]
+
+
+def test_operators_after_the_cut_are_never_saved_and_cost_nothing():
+    ops = [MenuOp(1.0, (0,)), MenuOp(5.0, (1,))]
+    menu = pareto_menu(ops, [8, 8], cut=1)
+    assert [(e.saved_bytes, e.recompute, e.policy) for e in menu] == [(0, 1.0, ()), (8, 0.0, (0,))]
+
+
+def test_views_of_a_saved_storage_are_saved_free():
+    # op 1 is a view of op 0's output: saving op 0's storage saves both
+    ops = [MenuOp(2.0, (0,)), MenuOp(0.5, (0,)), MenuOp(1.0, (), saveable=True)]
+    menu = pareto_menu(ops, [100], cut=3, fixed=0.25)
+    assert menu == (MenuEntry(0, 2.75, (2,)), MenuEntry(100, 0.25, (0, 1, 2)))
+
+
+def test_thin_keeps_both_ends_and_the_size():
+    menu = tuple(MenuEntry(h, 100.0 - h, (h,)) for h in range(0, 100, 3))
+    small = thin(menu, 5)
+    assert len(small) == 5 and small[0] == menu[0] and small[-1] == menu[-1]
+    assert [e.saved_bytes for e in small] == sorted(e.saved_bytes for e in small)
+    assert thin(menu[:3], 5) == menu[:3]
+
+
+@pytest.mark.parametrize(
+    ("ops", "sizes", "cut", "match"),
+    [
+        ([MenuOp(1.0)], [], 2, "cut must be in 0..1"),
+        ([MenuOp(-1.0)], [], 1, "seconds must be >= 0"),
+        ([MenuOp(1.0, (3,))], [1], 1, "storage 3 is not one of"),
+        ([MenuOp(1.0)], [-1], 1, "bytes must be >= 0"),
+    ],
+)
+def test_bad_records_are_refused_with_the_rule(ops, sizes, cut, match):
+    with pytest.raises(MenuError, match=match):
+        pareto_menu(ops, sizes, cut)
+
+
+def test_one_operator_with_many_storages_is_saved_whole_or_not():
+    # 20 storages, one operator: 2 choices, enumerated over the operator, not 2**20
+    ops = [MenuOp(1.0, tuple(range(20))), MenuOp(0.5, (3,))]
+    menu = pareto_menu(ops, [1] * 20, cut=2)
+    assert [(e.saved_bytes, e.recompute, e.policy) for e in menu] == [
+        (0, 1.5, ()),
+        (1, 1.0, (1,)),
+        (20, 0.0, (0, 1)),
+    ]
+
+
+def test_a_group_too_large_either_way_is_refused_with_the_rule():
+    ops = [MenuOp(1.0, (k, k + 1)) for k in range(17)]
+    with pytest.raises(MenuError, match="at most 16 operators or storages of a group"):
+        pareto_menu(ops, [1] * 18, cut=17)
