@@ -20,6 +20,14 @@ def check_plan(chain: Chain, plan: Plan, profile: Profile | None) -> None:
     n = len(chain)
     if len(plan) != n:
         raise InvalidPlanError(f"plan: must have one entry per chain layer ({n}), got {len(plan)}")
+    if plan.has_options:
+        chosen = next(i for i, o in enumerate(plan.options or ()) if o is not None)
+        raise InvalidPlanError(
+            f"{where(chosen, chain.names[chosen])}: the chain executor runs whole layers, got "
+            f"option {plan.options[chosen]!r} (cost model v3); run plans with layer options "
+            "on the model itself with planopt.runtime.apply, or solve with whole layers "
+            "(a /2 profile: profile(..., menus=False))"
+        )
     if profile is not None:
         if not isinstance(profile, Profile):
             raise InvalidProfileError(
