@@ -9,7 +9,9 @@ kicks. Every candidate is a whole-chain plan scored by the simulator and
 taken only when it fits the budget and is faster, so the result is never
 worse than the start.
 
-The search stops when a round improves nothing, or at the work or time
+The starters run to the end first (their own work cap, charged to the
+solve: `solvers.search.starts`), so a work limit bounds the search after
+them. The search stops when a round improves nothing, or at the work or time
 limit; with neither it stops after `DEFAULT_WORK` units. Its path is
 deterministic (fixed move order, single-threaded CP-SAT windows with
 deterministic time, seeded with the problem's seed), so with a work limit
@@ -26,7 +28,7 @@ from solvers.search.bounds import relaxation_lower_bound
 from solvers.search.driver import Phase, Report, search
 from solvers.search.engine import Incumbent
 from solvers.search.moves import kick_phase, layer_level, level_phases
-from solvers.search.starts import Start, portfolio
+from solvers.search.starts import STARTS_WORK, Portfolio, portfolio
 from solvers.search.windows import sliding_windows, window_phase
 
 # The search's work when the problem has neither a work nor a time limit (it
@@ -79,18 +81,33 @@ def layer_phases(n: int, window: int, window_work: float) -> list[Phase]:
 def finish(
     name: str,
     inc: Incumbent,
-    start: Start,
+    starts: Portfolio,
     report: Report,
     bound: tuple[float | None, Certificate] | None,
     detail: str,
 ) -> SolverOutput:
-    """The method's output: the incumbent (it fits: it started from a plan that fits)."""
+    """The method's output: the incumbent (it fits: it started from a plan that fits,
+    the fastest start, so it is never slower than any of them). The message names
+    the start, and says when the greedy did not finish (then the plan may be slower
+    than the greedy's would have been) or the starts left no work for the search."""
+    start = starts.best
+    assert start is not None
     moves = ", ".join(f"{k} {v}" for k, v in report.improved_by.items()) or "none"
-    state = "converged" if report.converged else "stopped by the limit"
+    if report.converged:
+        state = "converged"
+    elif report.rounds == 0:
+        state = "the starts used the whole limit: no search"
+    else:
+        state = "stopped by the limit"
     message = (
         f"{name}: {detail}; from the {start.source}, {report.rounds} rounds ({state}), "
         f"{inc.evals} simulations, {inc.windows} exact windows; improving moves: {moves}"
     )
+    if starts.greedy_stopped:
+        message += (
+            f"; the greedy did not finish (stopped by the time limit or the starters' "
+            f"{STARTS_WORK:g} work units), so the plan may be slower than the greedy's"
+        )
     lower, certificate = (None, None) if bound is None else bound
     return SolverOutput(
         inc.plan(),
@@ -122,4 +139,4 @@ def lns(
         return starts.no_start("lns")
     inc = Incumbent(problem, starts.best.plan)
     report = search(inc, layer_phases(problem.n, window, window_work))
-    return finish("lns", inc, starts.best, report, bound, f"{problem.n} layers")
+    return finish("lns", inc, starts, report, bound, f"{problem.n} layers")
