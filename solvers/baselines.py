@@ -163,9 +163,10 @@ def sqrt_n(problem: Problem, *, segments: int | None = None) -> SolverOutput:
         stopped = False
     if best_plan is None:
         peak, label = lowest_peak if lowest_peak else (0, "none")
+        below = problem.budget < problem.min_budget  # proven: no plan at all fits
         return SolverOutput(
             None,
-            Status.TIMEOUT if stopped else Status.NO_PLAN,
+            Status.INFEASIBLE if below else Status.TIMEOUT if stopped else Status.NO_PLAN,
             message=(
                 f"sqrt-n: plan peak must be at most the budget {problem.budget:.0f} bytes; "
                 f"the lowest of {len(seen)} segmentations tried ({label}) is {peak} bytes"

@@ -105,8 +105,9 @@ def finish(
     )
     if starts.greedy_stopped:
         message += (
-            f"; the greedy did not finish (stopped by the time limit or the starters' "
-            f"{STARTS_WORK:g} work units), so the plan may be slower than the greedy's"
+            "; the greedy did not finish (stopped by the time limit or the starters' work "
+            f"cap, {STARTS_WORK:g} units or the limit), so the plan may be slower than the "
+            "greedy's"
         )
     lower, certificate = (None, None) if bound is None else bound
     return SolverOutput(

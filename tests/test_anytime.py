@@ -116,7 +116,7 @@ def test_a_search_whose_greedy_did_not_finish_says_so(monkeypatch):
     monkeypatch.setattr(starts_module, "STARTS_WORK", 1e-4)
     profile = planopt.random_chain(60, seed=5)
     budget = planopt.budget_from_fraction(profile, 0.4)
-    out = planopt.solve(profile, budget, "lns", work_limit=0.05, window=0)
+    out = planopt.solve(profile, budget, "lns", work_limit=1e-4, window=0)
     assert out.status is Status.FEASIBLE
     assert "the greedy did not finish" in out.message
 

@@ -339,7 +339,8 @@ def footer(jobs: int, nets: int, methods: int, elapsed: float, limits: str, exac
         "own rows (no work limit) and inside every other method, which starts from the "
         "fastest of them and never returns a slower plan; the work limit bounds what a "
         "method does after them. So a row's work can exceed the limit: the greedy always "
-        f"finishes (up to {STARTS_WORK:g} units; a method's message says when it did not).",
+        f"finishes (its cap: {STARTS_WORK:g} units or the limit, whichever is more; a method's "
+        "message says when it did not).",
         "status:",
         *(f"  {word:<14} {meaning}" for word, meaning in STATUS_HELP),
     ]

@@ -9,8 +9,9 @@ hints its back-end with it and never returns anything slower. Adding a
 starter to the registry adds it here with no other edit.
 
 NOTE (the starters' rule, one for every method). The starters run to the
-end on a work cap of their own (`STARTS_WORK` units), even past a smaller
-work limit, and their work is charged to the solve afterwards: a greedy
+end on a work cap of their own (`STARTS_WORK` units, or the work left
+where that is more; none without a work limit), even past a smaller work
+limit, and their work is charged to the solve afterwards: a greedy
 cut short is not the greedy, and a method must never return a plan worse
 than the starts its description names (lns, "the greedy improved", once
 returned 20.5% over T_ideal on gpt-48 at 70% from sqrt-n's plan, because
@@ -41,14 +42,17 @@ STARTS_GRACE = 0.5
 
 
 def starters_problem(problem: Problem, seconds: float | None = None) -> Problem:
-    """The starters' request: `STARTS_WORK` units of their own (charged to `problem` by
-    `charge_starters`) and, under a time limit, `seconds` more (default: until the
+    """The starters' request: a work meter of their own (`STARTS_WORK` units, or the
+    work left where that is more, unlimited without a work limit; charged to `problem`
+    by `charge_starters`) and, under a time limit, `seconds` more (default: until the
     deadline), never less than `STARTS_GRACE` from now."""
     deadline = problem.deadline
     if deadline is not None:
         until = deadline if seconds is None else min(deadline, time.monotonic() + seconds)
         deadline = max(until, time.monotonic() + STARTS_GRACE)
-    return replace(problem, deadline=deadline, meter=WorkMeter(limit=STARTS_WORK))
+    left = problem.work_left()
+    cap = None if left is None else max(STARTS_WORK, left)
+    return replace(problem, deadline=deadline, meter=WorkMeter(limit=cap))
 
 
 def charge_starters(problem: Problem, starters: Problem) -> None:
