@@ -45,6 +45,7 @@ def test_demo_rows_run_under_one_rule_and_no_search_is_worse_than_the_greedy(cap
     # Before: gpt-48 at 70%, the pooch row 6.5% over T_ideal (it ran to the end) and
     # the lns row 20.5% "from the sqrt-n plan" (half of 0.5 units stopped its greedy).
     pytest.importorskip("ortools")
+    registry.names()  # the built-in table is read before `available` is patched
     monkeypatch.setattr(registry, "available", lambda: ["pooch", "lns"])
     monkeypatch.setattr(demo_command, "bundled_profile_names", lambda: [GPT48])
     monkeypatch.setattr(demo_command, "DEMO_FRACTIONS", (0.7,))
