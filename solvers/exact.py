@@ -50,7 +50,7 @@ from solvers.exact_search import (
     work_share,
 )
 from solvers.model import build, evaluate
-from solvers.search.starts import charge_starters, starters_problem
+from solvers.starters import charge_starters, starters_problem
 
 ALL_ACTIONS: tuple[Action, ...] = (KEEP, SWAP, RECOMPUTE)
 # The model has O(L^2) variables; past this many layers building it alone

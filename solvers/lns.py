@@ -28,8 +28,9 @@ from solvers.search.bounds import relaxation_lower_bound
 from solvers.search.driver import Phase, Report, search
 from solvers.search.engine import Incumbent
 from solvers.search.moves import kick_phase, layer_level, level_phases
-from solvers.search.starts import STARTS_WORK, Portfolio, portfolio
+from solvers.search.starts import Portfolio, portfolio
 from solvers.search.windows import sliding_windows, window_phase
+from solvers.starters import STARTS_WORK
 
 # The search's work when the problem has neither a work nor a time limit (it
 # stops earlier when converged): about a minute on the reference machine.

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import math
 
+from planopt import registry
 from planopt.plan import KEEP, Plan
 from planopt.problem import Problem
-from planopt.registry import Space
+from planopt.registry import Space, in_space
 from planopt.result import SolverOutput, Status
 from solvers.remat.certify import Certificate, certify
 from solvers.remat.chain import ChainModel
@@ -31,7 +32,7 @@ from solvers.remat.optimum import solve_room
 from solvers.remat.pychain import PyChain
 from solvers.remat.reach import REACH_MAX_LAYERS, longest_runs, reach
 from solvers.remat.short import SHORT_LAYERS
-from solvers.search.starts import Start, portfolio
+from solvers.starters import charge_starters, may_start, starters_problem
 
 
 def solve_certified(
@@ -63,11 +64,11 @@ def solve_certified(
         return _output(profile, cert, "keep-all fits: optimal without a search"), cert
     result = solve_room(model, max(room, -1), charge=charge, expired=expired)
     if start is not None and (result.found is None or not result.proven):
-        kept = tuple(i for i, a in enumerate(start.plan.actions) if a is KEEP)
+        kept = tuple(i for i, a in enumerate(start[0].actions) if a is KEEP)
         if result.found is None or result.found.saved < _saved(model, kept):
             # the search stopped before it found a plan as fast as the best start
             cert = certify(model, kept, proven=False, upper_saved=result.upper)
-            return _output(profile, cert, f"the best start, the {start.source}"), cert
+            return _output(profile, cert, f"the best start, the {start[1]}"), cert
     if result.found is None:
         if not result.proven:
             return SolverOutput(
@@ -96,19 +97,31 @@ def solve_certified(
     return _output(profile, cert, detail), cert
 
 
-def _best_start(problem: Problem, walk: tuple[int, ...] | None) -> Start | None:
-    """The fastest start of the keep/recompute space that fits (see the module NOTE)."""
-    given = None
+def _best_start(problem: Problem, walk: tuple[int, ...] | None) -> tuple[Plan, str] | None:
+    """The fastest start of the keep/recompute space that fits, and where it came from
+    (see the module NOTE): the walk's plan and the registry's starters of the space."""
+    candidates: list[tuple[Plan, str]] = []
     if walk is not None:
         kept = set(walk)
-        given = Plan.build(
-            ["keep" if i in kept else "recompute" for i in range(problem.n)],
-            profile=problem.profile,
-        )
-    starts = portfolio(
-        problem, Space.RECOMPUTE_ONLY, given=given, given_source="greedy walk's plan", share=1.0
-    )
-    return starts.best
+        actions = ["keep" if i in kept else "recompute" for i in range(problem.n)]
+        candidates.append((Plan.build(actions, profile=problem.profile), "greedy walk's plan"))
+    starters = starters_problem(problem)
+    for name in registry.starters():
+        spec = registry.get(name)
+        if not may_start(spec.space, Space.RECOMPUTE_ONLY):
+            continue
+        if starters.out_of_time():
+            break
+        out = spec.load()(starters)
+        if out.plan is not None and in_space(out.plan.actions, Space.RECOMPUTE_ONLY):
+            candidates.append((out.plan, f"{name} plan"))
+    charge_starters(problem, starters)
+    best = None
+    for plan, source in candidates:
+        makespan, peak = problem.scorer.score_plan(plan)
+        if problem.fits(peak) and (best is None or makespan < best[0]):
+            best = (makespan, plan, source)
+    return None if best is None else (best[1], best[2])
 
 
 def _saved(model, kept: tuple[int, ...]) -> float:

@@ -21,7 +21,7 @@ from planopt import registry
 from planopt.budget import min_budget, min_memory_plan
 from planopt.plan import KEEP, RECOMPUTE
 from planopt.result import Status
-from solvers.search import starts as starts_module
+from solvers import starters as starters_module
 
 REL = 1e-12
 TRANSFORMER = "gpt-12blk-b8-s1024-h100-pcie5-roofline"
@@ -113,7 +113,7 @@ def test_a_search_under_the_demo_limit_is_never_worse_than_the_greedy(method):
 
 def test_a_search_whose_greedy_did_not_finish_says_so(monkeypatch):
     pytest.importorskip("ortools")
-    monkeypatch.setattr(starts_module, "STARTS_WORK", 1e-4)
+    monkeypatch.setattr(starters_module, "STARTS_WORK", 1e-4)
     profile = planopt.random_chain(60, seed=5)
     budget = planopt.budget_from_fraction(profile, 0.4)
     out = planopt.solve(profile, budget, "lns", work_limit=1e-4, window=0)

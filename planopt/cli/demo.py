@@ -16,7 +16,7 @@ greedy. `--full` is the long comparison: exact methods up to 40 layers
 and every solve limited to 5 s instead.
 
 NOTE (one rule for every row). The starters finish inside every method too
-(`solvers.search.starts`: their own work cap, charged to the solve), so no
+(`solvers.search.starts`: their own work cap, outside the limit), so no
 row is worse than the starts its method names, and a row's work can exceed
 the limit by what its starters used; the footer says so, and what each
 status means (`STATUS_HELP`).
@@ -327,7 +327,7 @@ def run(args: argparse.Namespace) -> int:
 
 def footer(jobs: int, nets: int, methods: int, elapsed: float, limits: str, exact_max: int) -> str:
     """What the tables show and the rule every row ran under (see the module NOTE)."""
-    from solvers.search.starts import STARTS_WORK
+    from solvers.starters import STARTS_WORK
 
     starters = ", ".join(registry.starters())
     lines = [
@@ -337,8 +337,9 @@ def footer(jobs: int, nets: int, methods: int, elapsed: float, limits: str, exac
         "work units each solve used.",
         f"One rule for every row: the starters ({starters}) always run to the end, in their "
         "own rows (no work limit) and inside every other method, which starts from the "
-        "fastest of them and never returns a slower plan; the work limit bounds what a "
-        "method does after them. So a row's work can exceed the limit: the greedy always "
+        "fastest of them and never returns a slower plan; their work counts in the method's "
+        "work, and the work limit bounds what the method does after them. So a row's work "
+        "can exceed the limit: the greedy always "
         f"finishes (its cap: {STARTS_WORK:g} units or the limit, whichever is more; a method's "
         "message says when it did not).",
         "status:",

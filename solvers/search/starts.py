@@ -8,23 +8,13 @@ positive). A search starts from the fastest that fits; an exact method
 hints its back-end with it and never returns anything slower. Adding a
 starter to the registry adds it here with no other edit.
 
-NOTE (the starters' rule, one for every method). The starters run to the
-end on a work cap of their own (`STARTS_WORK` units, or the work left
-where that is more; none without a work limit), even past a smaller work
-limit, and their work is charged to the solve afterwards: a greedy
-cut short is not the greedy, and a method must never return a plan worse
-than the starts its description names (lns, "the greedy improved", once
-returned 20.5% over T_ideal on gpt-48 at 70% from sqrt-n's plan, because
-its half of a 0.5-unit limit stopped the greedy, whose own plan is 6.5%).
-So a solve's `work_used` can exceed its work limit by what its starters
-used; the limit bounds what the method does after them. A time limit
-still stops them (the wall-clock guard): then the message says so.
+The starters follow one rule in every method (`solvers.starters`): they run
+to the end, outside the work limit.
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from planopt import registry
 from planopt.budget import min_memory_plan
@@ -32,32 +22,7 @@ from planopt.plan import KEEP, RECOMPUTE, Plan
 from planopt.problem import Problem
 from planopt.registry import Space, in_space
 from planopt.result import SolverOutput, Status
-from planopt.work import WorkMeter
-
-# The starters' own work cap (see the module NOTE); under a time limit they may
-# run STARTS_GRACE seconds past it, so that even a tiny limit returns the best
-# start (the greedy takes 0.15 s at 162 layers).
-STARTS_WORK = 5.0
-STARTS_GRACE = 0.5
-
-
-def starters_problem(problem: Problem, seconds: float | None = None) -> Problem:
-    """The starters' request: a work meter of their own (`STARTS_WORK` units, or the
-    work left where that is more, unlimited without a work limit; charged to `problem`
-    by `charge_starters`) and, under a time limit, `seconds` more (default: until the
-    deadline), never less than `STARTS_GRACE` from now."""
-    deadline = problem.deadline
-    if deadline is not None:
-        until = deadline if seconds is None else min(deadline, time.monotonic() + seconds)
-        deadline = max(until, time.monotonic() + STARTS_GRACE)
-    left = problem.work_left()
-    cap = None if left is None else max(STARTS_WORK, left)
-    return replace(problem, deadline=deadline, meter=WorkMeter(limit=cap))
-
-
-def charge_starters(problem: Problem, starters: Problem) -> None:
-    """Charge what the starters used to the solve (see the module NOTE)."""
-    problem.meter.charge(starters.meter.used)
+from solvers.starters import charge_starters, may_start, starters_problem
 
 
 @dataclass(frozen=True)
@@ -131,7 +96,7 @@ def portfolio(
         candidates.append((given.for_profile(problem.profile), given_source))
     greedy_out: SolverOutput | None = None
     for name in registry.starters():
-        if not _may_start(registry.get(name).space, space):
+        if not may_start(registry.get(name).space, space):
             continue
         if limited.out_of_time():
             # The share's time ran out (10^5 layers: a second or more per starter); the
@@ -181,9 +146,3 @@ def portfolio(
     score()
     starts.sort(key=lambda t: (t[0], t[1]))
     return Portfolio(tuple(s for _, _, s in starts), greedy_out)
-
-
-def _may_start(starter_space: Space, space: Space | str) -> bool:
-    """Whether a starter of `starter_space` can give a plan of `space`: a fixed rule may
-    happen to; a joint one (the greedy) is run only for the joint space."""
-    return Space(space) is Space.JOINT or starter_space in (Space.FIXED, Space(space))
