@@ -55,19 +55,21 @@ def solve_certified(
         if need is not None:
             return _infeasible(problem, need), None
         walk = longest_runs(chain, room) if room >= chain.pg_total else None
-    start = _best_start(problem, walk) if starts else None
     # short chains: plain Python lists, numpy's call overheads would be most of the time
     model = PyChain(profile) if len(profile.layers) <= SHORT_LAYERS else ChainModel(profile)
     everything = tuple(range(model.n))
     if model.peak(list(everything)) - profile.static_bytes <= room:
         cert = certify(model, everything, proven=True, upper_saved=math.fsum(model.fwd))
         return _output(profile, cert, "keep-all fits: optimal without a search"), cert
+    start = _best_start(problem, walk) if starts else None
     result = solve_room(model, max(room, -1), charge=charge, expired=expired)
     if start is not None and (result.found is None or not result.proven):
         kept = tuple(i for i, a in enumerate(start[0].actions) if a is KEEP)
         if result.found is None or result.found.saved < _saved(model, kept):
-            # the search stopped before it found a plan as fast as the best start
-            cert = certify(model, kept, proven=False, upper_saved=result.upper)
+            # the search stopped before it found a plan as fast as the best start (a
+            # proof that none fits, contradicted by a start that fits, bounds nothing)
+            upper = math.inf if result.proven else result.upper
+            cert = certify(model, kept, proven=False, upper_saved=upper)
             return _output(profile, cert, f"the best start, the {start[1]}"), cert
     if result.found is None:
         if not result.proven:
