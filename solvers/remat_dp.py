@@ -7,8 +7,9 @@ also an upper bound on the joint optimum: `seed_joint` hands it to the
 joint exact methods as a warm start (see its note).
 
 NOTE (anytime). Before the search the starts of its space run to the end
-(`solvers.search.starts`: sqrt-n and keep-all, and on chains the walk
-reads, `reach.longest_runs`): a limit that stops the search returns the
+(the registry's starters of the space, sqrt-n and keep-all, by
+`solvers.starters`' rule, and on chains the walk reads,
+`reach.longest_runs`): a limit that stops the search returns the
 fastest of them and the search's best, whichever is faster, `feasible`
 with the root bound; `timeout` only when none fits. Before, gpt-12 at 70%
 under the demo's 0.5 units returned `timeout` with no plan where sqrt-n

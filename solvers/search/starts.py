@@ -73,12 +73,11 @@ def portfolio(
     space: Space | str = Space.JOINT,
     *,
     given: Plan | None = None,
-    given_source: str = "caller's plan",
     share: float = 0.5,
     recompute_share: float = 0.0,
 ) -> Portfolio:
     """The fitting starts of `space` (see the module doc), the starters given `share`
-    of the time left between them (their work: the module NOTE's rule); with
+    of the time left between them (their work: `solvers.starters`' rule); with
     `recompute_share` > 0 also the recompute-only optimum (`remat-dp`, on that share
     of what is left after them).
 
@@ -93,7 +92,7 @@ def portfolio(
     limited = starters_problem(problem, None if left is None else share * left)
     candidates: list[tuple[Plan, str]] = []
     if given is not None:
-        candidates.append((given.for_profile(problem.profile), given_source))
+        candidates.append((given.for_profile(problem.profile), "caller's plan"))
     greedy_out: SolverOutput | None = None
     for name in registry.starters():
         if not may_start(registry.get(name).space, space):
