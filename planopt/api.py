@@ -160,7 +160,7 @@ def _finish(problem: Problem, method: str, out: SolverOutput, elapsed: float) ->
     exact = upper = None
     if plan is None and status is not Status.BOUND:
         exact, upper = _min_budget_known(profile, problem.min_budget, problem.base_scorer)
-        if status is Status.NO_PLAN:
+        if status in (Status.NO_PLAN, Status.TIMEOUT):
             message = f"{message}; {_minimum_note(problem.min_budget, exact, upper)}"
     return Solution(
         plan=plan,
@@ -194,7 +194,8 @@ def _min_budget_known(profile: Profile, minimum: int, scorer) -> tuple[bool, int
 
 
 def _minimum_note(minimum: int, exact: bool, upper: int) -> str:
-    """What a `no plan found` answer knows of the smallest budget any plan meets."""
+    """What a `no plan found` or `timeout` answer knows of the smallest budget any plan
+    meets."""
     if exact:
         return f"the smallest budget any plan meets is {minimum} bytes (proven)"
     return (

@@ -160,3 +160,17 @@ def test_a_solve_with_a_plan_leaves_the_minimum_unworked():
     out = planopt.solve(profile, "70%", "greedy")
     assert out.plan is not None
     assert out.min_budget_exact is None and out.min_budget_upper is None
+
+
+def test_exact_cut_short_with_no_plan_says_timeout_and_what_the_minimum_is():
+    # On resnet50-blocks-a100 at 30% no start fits (the greedy, sqrt-n and the
+    # minimum-memory plan all peak above the budget): `timeout` is honest there, and it
+    # now says between which budgets the smallest any plan meets lies.
+    pytest.importorskip("ortools")
+    profile = planopt.bundled_profile(RESNET_BLOCKS)
+    budget = planopt.budget_from_fraction(profile, 0.3)
+    out = planopt.solve(profile, budget, "exact", work_limit=0.5, threads=1)
+    assert out.status is Status.TIMEOUT and out.plan is None
+    witness = planopt.simulate(profile, min_memory_plan(profile)).peak_bytes
+    assert out.min_budget_exact is False and out.min_budget_upper == witness
+    assert f"at least {min_budget(profile)} bytes (proven) and at most {witness}" in out.message
