@@ -9,9 +9,9 @@ kicks. Every candidate is a whole-chain plan scored by the simulator and
 taken only when it fits the budget and is faster, so the result is never
 worse than the start.
 
-The starters run to the end first (their own work cap, charged to the
-solve: `solvers.search.starts`), so a work limit bounds the search after
-them. The search stops when a round improves nothing, or at the work or time
+The starters run to the end first (their own work cap, outside the work
+limit: `solvers.starters`), so a work limit bounds the search after them.
+The search stops when a round improves nothing, or at the work or time
 limit; with neither it stops after `DEFAULT_WORK` units. Its path is
 deterministic (fixed move order, single-threaded CP-SAT windows with
 deterministic time, seeded with the problem's seed), so with a work limit
@@ -90,14 +90,14 @@ def finish(
     """The method's output: the incumbent (it fits: it started from a plan that fits,
     the fastest start, so it is never slower than any of them). The message names
     the start, and says when the greedy did not finish (then the plan may be slower
-    than the greedy's would have been) or the starts left no work for the search."""
+    than the greedy's would have been) or no work was left for the search."""
     start = starts.best
     assert start is not None
     moves = ", ".join(f"{k} {v}" for k, v in report.improved_by.items()) or "none"
     if report.converged:
         state = "converged"
     elif report.rounds == 0:
-        state = "the starts used the whole limit: no search"
+        state = "no work left for a search"
     else:
         state = "stopped by the limit"
     message = (
