@@ -12,7 +12,7 @@ import math
 import time
 
 from planopt import registry
-from planopt.budget import min_budget, parse_budget
+from planopt.budget import min_budget, min_memory_plan, parse_budget
 from planopt.bundled import resolve_profile
 from planopt.certificate import METHOD, OPTIMUM, T_IDEAL, Certificate
 from planopt.errors import InvalidPlanError, SolverOptionError, UnknownMethodError, show
@@ -94,6 +94,7 @@ def solve(
     spec.check_profile(profile)
     minimum = min_budget(profile)
     if bytes_budget < minimum:
+        exact, upper = _min_budget_known(profile, minimum, None)
         return Solution(
             plan=None,
             schedule=None,
@@ -105,9 +106,11 @@ def solve(
             min_budget=minimum,
             work_limit=work,
             message=(
-                f"budget must be at least {minimum} bytes (the minimum any plan needs "
-                f"for {profile.name!r}), got {bytes_budget:.0f}"
+                f"budget must be at least {minimum} bytes (no plan for {profile.name!r} "
+                f"needs less), got {bytes_budget:.0f}"
             ),
+            min_budget_exact=exact,
+            min_budget_upper=upper,
         )
     # NOTE: every returned plan carries the profile's fingerprint, hashed once per
     # profile (2.4 s at 10^6 layers); hashed here it is inside the method's share
@@ -155,6 +158,11 @@ def _finish(problem: Problem, method: str, out: SolverOutput, elapsed: float) ->
         elif schedule.makespan <= profile.t_ideal * (1 + _IDEAL_TOLERANCE):
             status, lower = Status.OPTIMAL, profile.t_ideal
             provenance = Certificate(T_IDEAL, True, detail="the plan runs at T_ideal")
+    exact = upper = None
+    if plan is None and status is not Status.BOUND:
+        exact, upper = _min_budget_known(profile, problem.min_budget, problem.base_scorer)
+        if status in (Status.NO_PLAN, Status.TIMEOUT):
+            message = f"{message}; {_minimum_note(problem.min_budget, exact, upper)}"
     return Solution(
         plan=plan,
         schedule=schedule,
@@ -168,6 +176,32 @@ def _finish(problem: Problem, method: str, out: SolverOutput, elapsed: float) ->
         work_limit=problem.work_limit,
         work_used=problem.meter.used,
         bound_provenance=_provenance(provenance, status, lower),
+        min_budget_exact=exact,
+        min_budget_upper=upper,
+    )
+
+
+def _min_budget_known(profile: Profile, minimum: int, scorer) -> tuple[bool, int]:
+    """`(exact, upper)`: whether `minimum` is the smallest budget any plan meets, and the
+    peak of the minimum-memory plan (a budget some plan certainly meets).
+
+    NOTE: one simulation (10^5 layers: 0.5 s), so only for solves that return no
+    plan, where the minimum is what the answer has to say.
+    """
+    from planopt.simulate import Scorer
+
+    peak = (scorer or Scorer(profile)).score_plan(min_memory_plan(profile))[1]
+    return peak == minimum, peak
+
+
+def _minimum_note(minimum: int, exact: bool, upper: int) -> str:
+    """What a `no plan found` or `timeout` answer knows of the smallest budget any plan
+    meets."""
+    if exact:
+        return f"the smallest budget any plan meets is {minimum} bytes (proven)"
+    return (
+        f"the smallest budget any plan meets is at least {minimum} bytes (proven) and at "
+        f"most {upper} bytes (the minimum-memory plan's peak)"
     )
 
 

@@ -15,15 +15,20 @@ class Status(StrEnum):
 
     `optimal`: proven optimal under the cost model; `feasible`: a plan that
     fits the budget without proof of optimality (heuristics, or an exact
-    solve stopped by its time limit); `infeasible`: no plan can fit (or the
-    method found none that does and says so); `timeout`: the time (or
-    work) limit passed before any plan was found; `bound`: a bound-only
-    method (role `bound`) proved `lower_bound` and returns no plan.
+    solve stopped by its limit: its best plan and its bound);
+    `infeasible`: *proven*: no plan of the method's space fits (below
+    `min_budget` no plan at all; a fixed baseline's space is its one plan,
+    `remat-dp`'s the keep/recompute plans); `no plan found`: a heuristic
+    found none, which proves nothing (the message gives what the minimum
+    budget is known to be); `timeout`: the time (or work) limit passed
+    before any plan was found; `bound`: a bound-only method (role `bound`)
+    proved `lower_bound` and returns no plan.
     """
 
     OPTIMAL = "optimal"
     FEASIBLE = "feasible"
     INFEASIBLE = "infeasible"
+    NO_PLAN = "no plan found"
     TIMEOUT = "timeout"
     BOUND = "bound"
 
@@ -59,6 +64,11 @@ class Solution:
     `bound_provenance` says where `lower_bound` came from (which relaxation,
     solved to the end or cut short, what it cost), so a large gap can be
     read as a weak plan or a weak certificate.
+    `min_budget_exact` says whether `min_budget` is the smallest budget any
+    plan meets (True) or only a proven lower bound (False: the
+    minimum-memory plan needs `min_budget_upper`, so the minimum lies
+    between); it is worked out when the solve returns no plan (one
+    simulation), else None.
     """
 
     plan: Plan | None
@@ -73,6 +83,8 @@ class Solution:
     work_limit: float | None = None
     work_used: float = 0.0
     bound_provenance: Certificate | None = None
+    min_budget_exact: bool | None = None
+    min_budget_upper: int | None = None
 
     @property
     def makespan(self) -> float | None:
@@ -91,6 +103,8 @@ class Solution:
             "method": self.method,
             "budget": self.budget,
             "min_budget": self.min_budget,
+            "min_budget_exact": self.min_budget_exact,
+            "min_budget_upper": self.min_budget_upper,
             "lower_bound": self.lower_bound,
             "gap": self.gap,
             "solve_seconds": self.solve_seconds,

@@ -15,6 +15,8 @@ solver's where it ran, else the LP relaxation's (`planopt.lower_bound`).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from planopt.blocks import BlockStructure, find_blocks
 from planopt.errors import SolverOptionError
 from planopt.problem import Problem
@@ -68,6 +70,4 @@ def auto(
         out = plan_blocks(problem, structure, window, window_work)
     else:
         out = lns(problem, window=window, window_work=window_work)
-    return SolverOutput(
-        out.plan, out.status, out.lower_bound, f"auto: used {method} ({why}); {out.message}"
-    )
+    return replace(out, message=f"auto: used {method} ({why}); {out.message}")

@@ -4,7 +4,9 @@ Each is a registered method `fn(problem, *, ...) -> SolverOutput`. A baseline
 never bends its rule to meet the budget (apart from sqrt-n, whose published
 form is itself budget-driven): when its plan does not fit it answers
 `Status.INFEASIBLE` with a message giving the plan's peak and the budget, so a
-table can show where each rule stops working.
+table can show where each rule stops working (proven: a fixed rule's space is
+its one plan). sqrt-n searches segmentations: when none fits it proves
+nothing and answers `Status.NO_PLAN`.
 """
 
 from __future__ import annotations
@@ -155,16 +157,22 @@ def sqrt_n(problem: Problem, *, segments: int | None = None) -> SolverOutput:
             best = (makespan, peak, order)
             best_plan = (label, actions)
         if problem.expired():
+            stopped = True
             break
+    else:
+        stopped = False
     if best_plan is None:
         peak, label = lowest_peak if lowest_peak else (0, "none")
+        below = problem.budget < problem.min_budget  # proven: no plan at all fits
         return SolverOutput(
             None,
-            Status.INFEASIBLE,
+            Status.INFEASIBLE if below else Status.TIMEOUT if stopped else Status.NO_PLAN,
             message=(
                 f"sqrt-n: plan peak must be at most the budget {problem.budget:.0f} bytes; "
                 f"the lowest of {len(seen)} segmentations tried ({label}) is {peak} bytes"
+                + (" (stopped by the limit)" if stopped else "")
             ),
+            stopped=stopped,
         )
     label, actions = best_plan
     plan = Plan.build(actions, profile=problem.profile)

@@ -94,4 +94,4 @@ def plan_blocks(
     else:
         report = search(inc, block_phases(structure, window, window_work))
         detail = f"blocks {structure.summary()}"
-    return finish("blocks", inc, starts.best, report, bound, detail)
+    return finish("blocks", inc, starts, report, bound, detail)

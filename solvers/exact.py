@@ -28,9 +28,7 @@ so.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
-from dataclasses import replace
 
 from planopt import registry
 from planopt.budget import min_memory_plan
@@ -39,7 +37,6 @@ from planopt.plan import KEEP, RECOMPUTE, SWAP, Action, Plan
 from planopt.problem import Problem
 from planopt.registry import Role
 from planopt.result import SolverOutput, Status
-from planopt.work import WorkMeter
 from solvers import backends
 from solvers.exact_search import (
     OPTIMALITY_GAP,
@@ -53,16 +50,12 @@ from solvers.exact_search import (
     work_share,
 )
 from solvers.model import build, evaluate
+from solvers.starters import charge_starters, starters_problem
 
 ALL_ACTIONS: tuple[Action, ...] = (KEEP, SWAP, RECOMPUTE)
 # The model has O(L^2) variables; past this many layers building it alone
 # takes longer than users expect of a time limit.
 DEFAULT_MAX_LAYERS = 200
-# The starters (baselines, the greedy) get at most STARTS_WORK units; under a
-# time limit they may run STARTS_GRACE seconds past it, so that even a tiny
-# limit returns the best start (the greedy takes 0.15 s at 162 layers).
-STARTS_WORK = 5.0
-STARTS_GRACE = 0.5
 # The recompute-only optimum (remat-dp) as a start for the joint space: this
 # share of the work left.
 RECOMPUTE_START_SHARE = 0.1
@@ -110,7 +103,8 @@ def _warm_starts(problem: Problem, actions: Sequence[Action], given: Plan | None
     the greedy's, and the minimum-memory plan (it fits any budget >= min_budget).
 
     NOTE: the seam the shared starts portfolio (`solvers.search.starts`)
-    replaces. `problem` is the starters' share (see `_starters_problem`).
+    replaces. `problem` is the starters' request (`solvers.search.starts.starters_problem`:
+    the one starters' rule, their own work cap past a smaller limit).
     """
     plans: list[Plan] = []
     if given is not None:
@@ -124,22 +118,6 @@ def _warm_starts(problem: Problem, actions: Sequence[Action], given: Plan | None
     plans.append(min_memory_plan(problem.profile))
     allowed = set(actions)
     return [p for p in plans if all(a in allowed for a in p.actions)]
-
-
-def _starters_problem(problem: Problem) -> Problem:
-    """The starters' request: STARTS_WORK units of their own and, under a time limit,
-    until the deadline or STARTS_GRACE seconds from now, whichever is later.
-
-    NOTE: the starters run to their own cap even past a smaller work limit (their
-    work is charged to the solve afterwards): a starved
-    greedy returns a plan worse than the greedy's, and the exact methods must
-    never return worse than the cheap methods. It costs 0.001 units at 21
-    layers, 0.15 at 162.
-    """
-    deadline = problem.deadline
-    if deadline is not None:
-        deadline = max(deadline, time.monotonic() + STARTS_GRACE)
-    return replace(problem, deadline=deadline, meter=WorkMeter(limit=STARTS_WORK))
 
 
 def _incumbent(problem: Problem, plans: list[Plan], with_swap_wait: bool):
@@ -244,9 +222,9 @@ def solve_exact(
     space = "/".join(a.value for a in actions)
     joint = set(actions) == set(ALL_ACTIONS)
 
-    starters = _starters_problem(problem)
+    starters = starters_problem(problem)
     plans = _warm_starts(starters, actions, warm_start)
-    problem.meter.charge(starters.meter.used)
+    charge_starters(problem, starters)
     incumbent = _incumbent(problem, plans, with_swap_wait)
     t_ideal = problem.profile.t_ideal
     if incumbent is not None and incumbent[0] <= t_ideal * (1 + 1e-12):

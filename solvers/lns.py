@@ -9,6 +9,8 @@ kicks. Every candidate is a whole-chain plan scored by the simulator and
 taken only when it fits the budget and is faster, so the result is never
 worse than the start.
 
+The starters run to the end first (their own work cap, outside the work
+limit: `solvers.starters`), so a work limit bounds the search after them.
 The search stops when a round improves nothing, or at the work or time
 limit; with neither it stops after `DEFAULT_WORK` units. Its path is
 deterministic (fixed move order, single-threaded CP-SAT windows with
@@ -26,8 +28,9 @@ from solvers.search.bounds import relaxation_lower_bound
 from solvers.search.driver import Phase, Report, search
 from solvers.search.engine import Incumbent
 from solvers.search.moves import kick_phase, layer_level, level_phases
-from solvers.search.starts import Start, portfolio
+from solvers.search.starts import Portfolio, portfolio
 from solvers.search.windows import sliding_windows, window_phase
+from solvers.starters import STARTS_WORK
 
 # The search's work when the problem has neither a work nor a time limit (it
 # stops earlier when converged): about a minute on the reference machine.
@@ -79,18 +82,34 @@ def layer_phases(n: int, window: int, window_work: float) -> list[Phase]:
 def finish(
     name: str,
     inc: Incumbent,
-    start: Start,
+    starts: Portfolio,
     report: Report,
     bound: tuple[float | None, Certificate] | None,
     detail: str,
 ) -> SolverOutput:
-    """The method's output: the incumbent (it fits: it started from a plan that fits)."""
+    """The method's output: the incumbent (it fits: it started from a plan that fits,
+    the fastest start, so it is never slower than any of them). The message names
+    the start, and says when the greedy did not finish (then the plan may be slower
+    than the greedy's would have been) or no work was left for the search."""
+    start = starts.best
+    assert start is not None
     moves = ", ".join(f"{k} {v}" for k, v in report.improved_by.items()) or "none"
-    state = "converged" if report.converged else "stopped by the limit"
+    if report.converged:
+        state = "converged"
+    elif report.rounds == 0:
+        state = "no work left for a search"
+    else:
+        state = "stopped by the limit"
     message = (
         f"{name}: {detail}; from the {start.source}, {report.rounds} rounds ({state}), "
         f"{inc.evals} simulations, {inc.windows} exact windows; improving moves: {moves}"
     )
+    if starts.greedy_stopped:
+        message += (
+            "; the greedy did not finish (stopped by the time limit or the starters' work "
+            f"cap, {STARTS_WORK:g} units or the limit), so the plan may be slower than the "
+            "greedy's"
+        )
     lower, certificate = (None, None) if bound is None else bound
     return SolverOutput(
         inc.plan(),
@@ -122,4 +141,4 @@ def lns(
         return starts.no_start("lns")
     inc = Incumbent(problem, starts.best.plan)
     report = search(inc, layer_phases(problem.n, window, window_work))
-    return finish("lns", inc, starts.best, report, bound, f"{problem.n} layers")
+    return finish("lns", inc, starts, report, bound, f"{problem.n} layers")

@@ -295,17 +295,18 @@ class _Greedy:
         self.drop_waits(w)
 
     def fallback(self, w: _Work) -> None:
-        """min_memory_plan misses a budget >= min_budget only with zero-time layers
-        (min_budget is then a lower bound); keep-all, whose tensors such layers
-        can make vanish, is the one other plan we try."""
+        """min_memory_plan misses a budget >= min_budget only where min_budget is a
+        lower bound (zero-time layers, or a v2 copy back holding more than its first
+        reader reads); keep-all, whose tensors zero-time layers can make vanish, is
+        the one other plan we try. Finding none proves nothing: `no plan found`."""
         n = self.n
         min_peak = self.score(w)[1]
         w.actions[:], w.prefetch[:], w.wait[:] = [KEEP] * n, [None] * n, [None] * n
         if not self.fits(w):
             raise _NoPlan(
                 f"pooch: found no plan within the budget {self.problem.budget:.0f} bytes: "
-                f"the minimum-memory plan peaks at {min_peak} bytes (with zero-time layers "
-                f"min_budget {self.problem.min_budget} is only a lower bound)"
+                f"the minimum-memory plan peaks at {min_peak} bytes and keep-all does not "
+                f"fit either"
             )
 
     def drop_waits(self, w: _Work) -> None:
@@ -603,7 +604,7 @@ def pooch(problem: Problem, *, retry_over_budget: bool = False) -> SolverOutput:
         if not greedy.found:
             return _timeout("the search for a first plan that fits (all-swap, then stage 4)")
     except _NoPlan as exc:
-        return SolverOutput(None, Status.INFEASIBLE, message=str(exc))
+        return SolverOutput(None, Status.NO_PLAN, message=str(exc))
     log = greedy.log
     plan = Plan.build(w.actions, w.prefetch, w.wait, profile=problem.profile, options=w.options)
     parts = [plan.summary()]

@@ -37,7 +37,20 @@ def profile_line(profile: Profile) -> str:
     return f"{profile.name} ({len(profile.layers)} layers)"
 
 
-def budget_line(budget: float, minimum: int) -> str:
-    return (
+def budget_line(
+    budget: float, minimum: int, exact: bool | None = None, upper: int | None = None
+) -> str:
+    """The budget and what every plan needs: `exact` (None: not worked out) says whether
+    `minimum` is the smallest budget some plan meets or only a lower bound, and `upper`
+    the minimum-memory plan's peak (a budget some plan meets)."""
+    line = (
         f"{human_bytes(budget)} ({budget:.0f} B); every plan needs at least {human_bytes(minimum)}"
     )
+    if exact is True:
+        return line + " (exact: the minimum-memory plan needs no more)"
+    if exact is False and upper is not None:
+        return line + (
+            f" (a lower bound only: the minimum-memory plan needs {human_bytes(upper)}, "
+            "so the smallest budget any plan meets lies between)"
+        )
+    return line

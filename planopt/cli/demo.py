@@ -14,6 +14,12 @@ starters (the baselines and the published greedy: a few simulations per
 layer) always run to completion, since a greedy cut short is not the
 greedy. `--full` is the long comparison: exact methods up to 40 layers
 and every solve limited to 5 s instead.
+
+NOTE (one rule for every row). The starters finish inside every method too
+(`solvers.search.starts`: their own work cap, outside the limit), so no
+row is worse than the starts its method names, and a row's work can exceed
+the limit by what its starters used; the footer says so, and what each
+status means (`STATUS_HELP`).
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from concurrent.futures import Executor
 from tqdm import tqdm
 
 from planopt import registry
-from planopt.budget import keep_all_peak, min_budget
+from planopt.budget import keep_all_peak, min_budget, min_memory_plan
 from planopt.bundled import bundled_profile, bundled_profile_names
 from planopt.cli.args import (
     WORK_UNIT_HELP,
@@ -42,6 +48,7 @@ from planopt.errors import PlanoptError
 from planopt.experiment.sweep import DEFAULT_WORKERS, ERROR, Job, Result, SerialExecutor, run_sweep
 from planopt.profile import Profile
 from planopt.report import gib, human_bytes, human_seconds, percent, table
+from planopt.simulate import Scorer
 
 DEMO_FRACTIONS = (0.7, 0.5, 0.3)
 DEMO_WORK_LIMIT = 0.5
@@ -51,6 +58,27 @@ FULL_EXACT_MAX_LAYERS = 40
 # Given to every method that declares it: the demo already runs one solve per core,
 # and a single-threaded CP-SAT is deterministic.
 WORKER_OPTIONS = {"threads": 1}
+# The footer's key to the status column.
+STATUS_HELP = (
+    ("optimal", "proven fastest in the method's plan space"),
+    (
+        "feasible",
+        "fits the budget, not proven fastest (a heuristic, or a search the limit "
+        "stopped: its best plan)",
+    ),
+    (
+        "infeasible",
+        "proven: no plan of the method's space fits (below the min budget no plan "
+        "at all; a fixed baseline's space is its one plan, remat-dp's the keep/recompute plans)",
+    ),
+    (
+        "no plan found",
+        "a heuristic found none, which proves nothing",
+    ),
+    ("timeout", "the work or time limit came before any plan was found"),
+    ("bound", "a bound-only method: a proven lower bound on the time, no plan"),
+    ("skipped", "an exact method not run: the net has more layers than --exact-max-layers"),
+)
 
 
 def register(command: AddCommand) -> None:
@@ -177,26 +205,43 @@ def row(result: Result) -> dict:
 
 
 def net_summary(profile: Profile, rows: list[dict]) -> dict:
+    """The net's figures: `min_budget_exact` says whether the min budget is the smallest
+    any plan meets or only a lower bound (then `min_budget_upper`, the minimum-memory
+    plan's peak, is a budget some plan meets: the minimum lies between)."""
     peak, minimum = keep_all_peak(profile), min_budget(profile)
+    upper = Scorer(profile).score_plan(min_memory_plan(profile))[1]
     activations = peak - profile.static_bytes
+
+    def share(value: int) -> float:
+        return (value - profile.static_bytes) / activations if activations > 0 else 0.0
+
     return {
         "profile": profile.name,
         "layers": len(profile.layers),
         "t_ideal": profile.t_ideal,
         "keep_all_peak": peak,
         "min_budget": minimum,
-        "min_budget_fraction": (
-            (minimum - profile.static_bytes) / activations if activations > 0 else 0.0
-        ),
+        "min_budget_fraction": share(minimum),
+        "min_budget_exact": upper == minimum,
+        "min_budget_upper": upper,
+        "min_budget_upper_fraction": share(upper),
         "results": rows,
     }
+
+
+def min_budget_text(net: dict) -> str:
+    """`min budget 1.46 GiB (23%)`, or the bracket when it is only a lower bound."""
+    low = f"{human_bytes(net['min_budget'])} ({net['min_budget_fraction']:.0%})"
+    if net["min_budget_exact"]:
+        return f"min budget {low}"
+    high = f"{human_bytes(net['min_budget_upper'])} ({net['min_budget_upper_fraction']:.0%})"
+    return f"min budget between {low}, a lower bound, and {high}, the minimum-memory plan's"
 
 
 def net_table(net: dict) -> str:
     header = (
         f"== {net['profile']}: {net['layers']} layers, T_ideal {human_seconds(net['t_ideal'])}, "
-        f"keep-all peak {human_bytes(net['keep_all_peak'])}, "
-        f"min budget {human_bytes(net['min_budget'])} ({net['min_budget_fraction']:.0%}) =="
+        f"keep-all peak {human_bytes(net['keep_all_peak'])}, {min_budget_text(net)} =="
     )
     cells = [
         [
@@ -276,10 +321,28 @@ def run(args: argparse.Namespace) -> int:
     else:
         limits = f"work limit {'none' if work is None else f'{work:g}'} per search"
         limits += f", time limit {'none' if seconds is None else f'{seconds:g} s'} per solve"
-        print(
-            f"{len(jobs)} solves on {len(profiles)} bundled nets with {len(methods)} methods "
-            f"in {elapsed:.1f} s ({limits}; exact methods on nets of at most {exact_max} "
-            "layers). Budgets are fractions of keep-all activation memory; overhead is "
-            "T / T_ideal - 1; work is in work units."
-        )
+        print(footer(len(jobs), len(profiles), len(methods), elapsed, limits, exact_max))
     return EXIT_OK
+
+
+def footer(jobs: int, nets: int, methods: int, elapsed: float, limits: str, exact_max: int) -> str:
+    """What the tables show and the rule every row ran under (see the module NOTE)."""
+    from solvers.starters import STARTS_WORK
+
+    starters = ", ".join(registry.starters())
+    lines = [
+        f"{jobs} solves on {nets} bundled nets with {methods} methods in {elapsed:.1f} s "
+        f"({limits}; exact methods on nets of at most {exact_max} layers). Budgets are "
+        "fractions of keep-all activation memory; overhead is T / T_ideal - 1; work is the "
+        "work units each solve used.",
+        f"One rule for every row: the starters ({starters}) always run to the end, in their "
+        "own rows (no work limit) and inside every other method, which starts from the "
+        "fastest of them and never returns a slower plan; their work counts in the method's "
+        "work, and the work limit bounds what the method does after them. So a row's work "
+        "can exceed the limit: the greedy always "
+        f"finishes (its cap: {STARTS_WORK:g} units or the limit, whichever is more; a method's "
+        "message says when it did not).",
+        "status:",
+        *(f"  {word:<14} {meaning}" for word, meaning in STATUS_HELP),
+    ]
+    return "\n".join(lines)

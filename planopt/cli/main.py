@@ -33,8 +33,9 @@ COMMANDS = (simulate, solve, show, methods, demo, experiment, run_check, profile
 EXIT_CODES = """\
 exit codes:
   0  success
-  1  no plan that fits: solve ended infeasible or timeout (the reason is
-     still printed), or simulate --budget found the plan's peak above it
+  1  no plan that fits: solve ended infeasible (proven), no plan found (a
+     heuristic found none) or timeout (the reason is still printed), or
+     simulate --budget found the plan's peak above it
   2  bad input: unreadable or malformed profile or plan, a bad budget,
      method, option, time or work limit, a plan made for another profile, or
      an output path that cannot be written

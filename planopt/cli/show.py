@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from planopt.budget import keep_all_peak, min_budget
+from planopt.budget import keep_all_peak, min_budget, min_memory_plan
 from planopt.cli.args import budget_arg, check_output_path, load_profile_arg
 from planopt.cli.common import EXIT_OK, AddCommand, profile_line
 from planopt.io import load_plan
@@ -12,7 +12,7 @@ from planopt.plan import SWAP, Plan
 from planopt.profile import Profile
 from planopt.report import human_bytes, human_seconds, key_values, schedule_summary, table
 from planopt.schedule import Schedule
-from planopt.simulate import simulate
+from planopt.simulate import Scorer, simulate
 
 
 def register(command: AddCommand) -> None:
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
                 ),
                 ("static", human_bytes(profile.static_bytes)),
                 ("keep-all peak", human_bytes(keep_all_peak(profile))),
-                ("min budget", human_bytes(min_budget(profile))),
+                ("min budget", min_budget_line(profile)),
             ]
         )
     )
@@ -92,3 +92,16 @@ def plot(profile: Profile, plan: Plan, schedule: Schedule, path: str, title: str
     figure = timeline_figure(profile, plan, title=title, schedule=schedule)
     save_figure(figure, path, what="--plot")
     print(f"\ntimeline written to {path}")
+
+
+def min_budget_line(profile: Profile) -> str:
+    """The min budget, and whether it is exact or only a lower bound (with the
+    minimum-memory plan's peak, a budget some plan meets)."""
+    value = min_budget(profile)
+    upper = Scorer(profile).score_plan(min_memory_plan(profile))[1]
+    if upper == value:
+        return f"{human_bytes(value)} (exact)"
+    return (
+        f"{human_bytes(value)} (a lower bound only: the minimum-memory plan needs "
+        f"{human_bytes(upper)})"
+    )

@@ -137,7 +137,15 @@ def print_solution(profile: Profile, solution: Solution, written: str | None) ->
     pairs = [
         ("profile", profile_line(profile)),
         ("method", solution.method),
-        ("budget", budget_line(solution.budget, solution.min_budget)),
+        (
+            "budget",
+            budget_line(
+                solution.budget,
+                solution.min_budget,
+                solution.min_budget_exact,
+                solution.min_budget_upper,
+            ),
+        ),
         ("status", solution.status.value),
         ("lower bound", human_seconds(solution.lower_bound)),
         ("gap", percent(solution.gap)),

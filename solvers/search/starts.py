@@ -7,6 +7,9 @@ minimum-memory plan (it fits every budget >= min_budget when every time is
 positive). A search starts from the fastest that fits; an exact method
 hints its back-end with it and never returns anything slower. Adding a
 starter to the registry adds it here with no other edit.
+
+The starters follow one rule in every method (`solvers.starters`): they run
+to the end, outside the work limit.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from planopt.plan import KEEP, RECOMPUTE, Plan
 from planopt.problem import Problem
 from planopt.registry import Space, in_space
 from planopt.result import SolverOutput, Status
+from solvers.starters import charge_starters, may_start, starters_problem
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,11 @@ class Portfolio:
     greedy: SolverOutput | None
 
     @property
+    def greedy_stopped(self) -> bool:
+        """The greedy ran but a limit stopped it before it finished."""
+        return self.greedy is not None and self.greedy.stopped
+
+    @property
     def best(self) -> Start | None:
         return self.starts[0] if self.starts else None
 
@@ -46,14 +55,16 @@ class Portfolio:
         return [s.plan for s in self.starts]
 
     def no_start(self, method: str) -> SolverOutput:
-        """The output of a method that found no start that fits."""
-        if self.greedy is not None and self.greedy.plan is None:
-            return self.greedy
-        stopped = self.greedy is not None and self.greedy.stopped
+        """The output of a method that found no start that fits: `no plan found` (a
+        heuristic proves nothing; `planopt.solve` adds what the minimum budget is
+        known to be), or `timeout` when a limit stopped the greedy first."""
+        stopped = self.greedy_stopped
+        why = "" if self.greedy is None else f" ({self.greedy.message})"
         return SolverOutput(
             None,
-            Status.TIMEOUT if stopped else Status.INFEASIBLE,
-            message=f"{method}: no starting plan fits the budget",
+            Status.TIMEOUT if stopped else Status.NO_PLAN,
+            message=f"{method}: no starting plan fits the budget{why}",
+            stopped=stopped,
         )
 
 
@@ -66,8 +77,9 @@ def portfolio(
     recompute_share: float = 0.0,
 ) -> Portfolio:
     """The fitting starts of `space` (see the module doc), the starters given `share`
-    of the work and time left between them; with `recompute_share` > 0 also the
-    recompute-only optimum (`remat-dp`, on that share of what is left after them).
+    of the time left between them (their work: `solvers.starters`' rule); with
+    `recompute_share` > 0 also the recompute-only optimum (`remat-dp`, on that share
+    of what is left after them).
 
     NOTE: on the biggest nets the greedy alone would take a whole limit
     (GPT-96 at 30%: 5.9 s); a partly-improved greedy plan still fits (the
@@ -76,16 +88,15 @@ def portfolio(
     greedy still leaves sqrt-n's plan: on 1,252 layers under load the
     greedy's partial plan was 267% over T_ideal, sqrt-n's far better.
     """
-    seconds = None
     left = problem.time_left()
-    if left is not None:
-        seconds = share * left
-    limited = problem.share(share, seconds=seconds)
+    limited = starters_problem(problem, None if left is None else share * left)
     candidates: list[tuple[Plan, str]] = []
     if given is not None:
         candidates.append((given.for_profile(problem.profile), "caller's plan"))
     greedy_out: SolverOutput | None = None
     for name in registry.starters():
+        if not may_start(registry.get(name).space, space):
+            continue
         if limited.out_of_time():
             # The share's time ran out (10^5 layers: a second or more per starter); the
             # minimum-memory plan below still gives a start when it fits.
@@ -97,6 +108,7 @@ def portfolio(
         if out.plan is not None:
             label = f"{name} plan" + (" (stopped by its limit)" if out.stopped else "")
             candidates.append((out.plan, label))
+    charge_starters(problem, limited)
     starts: list[tuple[float, int, Start]] = []
     pending = list(candidates)
 
