@@ -10,12 +10,29 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from planopt.errors import InvalidProfileError, show, where
 
-if TYPE_CHECKING:
-    from planopt.profile import Device, Layer
+
+class Device(Protocol):
+    """What the clock check reads of a `planopt.profile.Device`: this module sits
+    below `planopt.profile` (which calls its checks) and never imports it."""
+
+    transfer_latency: float
+    h2d_bandwidth: float
+    d2h_bandwidth: float
+
+
+class Layer(Protocol):
+    """What the profile checks read of a `planopt.profile.Layer` (see `Device`)."""
+
+    name: str
+    fwd: float
+    bwd: float
+    out_bytes: int
+    saved_bytes: int
+
 
 # NOTE: a positive time below a picosecond is no measurement, and it breaks
 # the model's arithmetic: added to a clock of seconds it vanishes in floating
