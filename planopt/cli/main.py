@@ -25,6 +25,7 @@ from planopt.cli import (
     simulate,
     solve,
 )
+from planopt.cli.args import keep_signed_values
 from planopt.cli.common import EXIT_BAD_INPUT, EXIT_OK, Run
 from planopt.errors import PlanoptError
 
@@ -98,7 +99,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit code (see the epilog)."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(keep_signed_values(sys.argv[1:] if argv is None else argv))
+    except argparse.ArgumentError as exc:  # a signed `--budgets` value (keep_signed_values)
+        return _fail(str(exc))
     except _UsageError as exc:
         return _fail(str(exc))
     except SystemExit as exc:  # --help and --version exit 0 through argparse
