@@ -119,7 +119,7 @@ def check_bandwidth(value: Any, what: str) -> float:
     return float(value)
 
 
-_BYTE_FIELDS = (
+BYTE_FIELDS = (
     "out_bytes",
     "saved_bytes",
     "input_grad_bytes",
@@ -131,7 +131,7 @@ _BYTE_FIELDS = (
 
 def check_total_bytes(static: int, layers: Sequence[Layer]) -> None:
     """Static plus every byte field of every layer within MAX_TOTAL_BYTES (see the NOTE)."""
-    total = static + sum(getattr(layer, f) for layer in layers for f in _BYTE_FIELDS)
+    total = static + sum(getattr(layer, f) for layer in layers for f in BYTE_FIELDS)
     if total > MAX_TOTAL_BYTES:
         raise InvalidProfileError(
             f"profile: its sizes (static_bytes and every layer's byte fields) must sum to at "
