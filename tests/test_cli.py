@@ -601,3 +601,18 @@ def test_python_m_planopt_bad_input_is_one_line(tmp_path):
     assert proc.returncode == 2
     assert proc.stdout == ""
     one_error_line(proc.stderr)
+
+
+def test_run_check_help_says_what_its_words_refer_to(capsys):
+    # Issue 25: "see below" referred to nothing, the epilog said planopt.profile/1 where
+    # run-check needs /2, and the description said "one step" where the default is 3.
+    code, out, _ = run(capsys, "run-check", "--help")
+    assert code == 0
+    text = " ".join(out.split())
+    below = text.split("see --model below")
+    assert len(below) == 2 and "--model names a factory as MODULE:ATTR" in below[1]
+    assert "(chain, (inputs, targets), loss_fn)" in below[1]
+    assert "PROFILE must be the planopt.profile/2" in text
+    assert "planopt.profile/1 JSON" not in text
+    assert "one step" not in text and "3 by default" in text and "(default: 3)" in text
+    assert "planopt.runtime.models:reference_model" in text

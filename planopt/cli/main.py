@@ -44,11 +44,11 @@ exit codes:
 
 def _epilog() -> str:
     inputs = (
-        "PROFILE is a path to a planopt.profile/1 JSON file or the name of a bundled "
+        "PROFILE is a path to a planopt.profile JSON file (/2, or /1) or the name of a bundled "
         f"profile ({', '.join(bundled_profile_names())}). BUDGET is bytes (12884901888), "
         "a size (12GiB, 1.5GB) or a percentage of keep-all activation memory (50%)."
     )
-    return textwrap.fill(inputs, 78) + "\n\n" + EXIT_CODES
+    return textwrap.fill(inputs, 78, break_on_hyphens=False) + "\n\n" + EXIT_CODES
 
 
 class _UsageError(Exception):
