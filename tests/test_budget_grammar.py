@@ -84,6 +84,8 @@ def test_a_byte_count_must_be_whole(profile, text):
     assert repr(text) in str(info.value)
     with pytest.raises(BudgetError, match="must be a whole number"):
         planopt.simulate(profile, Plan.keep_all(profile), text)
+    with pytest.raises(BudgetError, match="must be a whole number"):
+        planopt.solve(profile, text, "keep-all")
 
 
 @pytest.mark.parametrize("text", ["150%", "1e3%", "100.0001%", "1e999999999%"])
