@@ -25,43 +25,37 @@ not exact. The tests check both halves against brute force.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
-from decimal import Decimal
 from fractions import Fraction
 
+from planopt.budget_grammar import (
+    MAX_BUDGET_BYTES,
+    number_bytes,
+    of_keep_all,
+    parse_budget_fraction,
+    parse_budget_text,
+)
 from planopt.bundled import resolve_profile
 from planopt.errors import BudgetError, show
 from planopt.plan import KEEP, SWAP, Plan, need_indices
 from planopt.profile import Profile
+from planopt.simulate import Scorer, keep_all_peak
 
-# NOTE (budgets): a budget is whole bytes everywhere (peaks are whole bytes,
-# so a plan fits `b` exactly when it fits `floor(b)`): a fractional result
-# ("50%" of an odd number, "1.5" bytes) is rounded down, never allowing more
-# than asked, and computed exactly from the decimal text (no float rounding
-# of "0.3kB" to 299.99...). A bare number strictly between 0 and 1 is no
-# byte count anyone means: it is refused with the percentage it likely
-# meant. The largest budget is the simulator's int64; a larger one is no
-# limit at all and a likely typo.
-MAX_BUDGET_BYTES = 2**63 - 1
-# Decimal exponents beyond this are settled without exact arithmetic (which
-# would build integers of that many digits): above, the value is too large;
-# below, it is under one byte even times the largest unit or profile.
-_EXPONENT_RANGE = 40
-
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-}
-_BUDGET_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z%]*)\s*$")
+# The grammar's names, read here by older callers (`planopt.budget_grammar` has them).
+__all__ = [
+    "MAX_BUDGET_BYTES",
+    "SpaceMinimum",
+    "budget_from_fraction",
+    "keep_all_peak",
+    "memory_lower_bound",
+    "min_budget",
+    "min_budget_info",
+    "min_memory_plan",
+    "number_bytes",
+    "parse_budget",
+    "parse_budget_fraction",
+    "space_min_budget",
+]
 
 
 def memory_lower_bound(profile: Profile | str) -> int:
@@ -90,8 +84,6 @@ def memory_lower_bound(profile: Profile | str) -> int:
 
 def min_budget_info(profile: Profile | str) -> tuple[int, bool]:
     """`(value, exact)`: the minimum budget, and whether it is exact or a lower bound."""
-    from planopt.simulate import Scorer
-
     profile = resolve_profile(profile)
     bound = memory_lower_bound(profile)
     witness = Scorer(profile).score_plan(min_memory_plan(profile))[1]
@@ -123,21 +115,10 @@ def min_memory_plan(profile: Profile | str) -> Plan:
     return Plan.build(actions, prefetch, wait, profile=profile)
 
 
-def keep_all_peak(profile: Profile | str) -> int:
-    """Peak memory of keeping every tensor (the 100% point of fractional budgets)."""
-    from planopt.simulate import Scorer
-
-    profile = resolve_profile(profile)
-    return Scorer(profile).peak(*_keep_all_lists(len(profile.layers)))
-
-
-def _keep_all_lists(n: int):
-    return [KEEP] * n, [None] * n, [None] * n
-
-
 def budget_from_fraction(profile: Profile | str, fraction: float) -> int:
     """`floor(static + r * (peak_keep_all - static))` in whole bytes (spec: "Figures
-    every report uses"), exact for the float `fraction` given."""
+    every report uses"), exact for the float `fraction` given, which is at most 1
+    (keep-all: see `planopt.budget_grammar`)."""
     if (
         isinstance(fraction, bool)
         or not isinstance(fraction, int | float)
@@ -146,104 +127,29 @@ def budget_from_fraction(profile: Profile | str, fraction: float) -> int:
         or fraction == math.inf
     ):
         raise BudgetError(f"budget fraction must be a finite number >= 0, got {show(fraction)}")
-    return _of_keep_all(resolve_profile(profile), Fraction(fraction), show(fraction))
-
-
-def _of_keep_all(profile: Profile, share: Fraction, given: str) -> int:
-    static = profile.static_bytes
-    return _whole(static + share * (keep_all_peak(profile) - static), given)
-
-
-def _whole(value: Fraction | int, given: str) -> int:
-    """`value` rounded down to whole bytes, within MAX_BUDGET_BYTES."""
-    whole = math.floor(value)
-    if whole > MAX_BUDGET_BYTES:
+    if fraction > 1:
         raise BudgetError(
-            f"budget must be at most {MAX_BUDGET_BYTES} bytes (2^63 - 1), got {given}"
+            f"budget fraction must be at most 1, got {show(fraction)}: that is above keep-all "
+            f"(1 is keep-all, every layer kept, the peak no plan needs to exceed); a budget "
+            f"beyond it is given in bytes"
         )
-    return whole
-
-
-def _bare_fraction(value: Fraction, given: str) -> BudgetError:
-    percent = f"{float(value * 100):g}%"
-    example = "" if percent == "50%" else " (50% is half)"
-    return BudgetError(
-        f"budget must be whole bytes or a percentage, got {given}: a bare number below 1 "
-        f"is no byte count; for a share of keep-all activation memory write {percent}{example}"
+    profile = resolve_profile(profile)
+    return of_keep_all(
+        profile.static_bytes, keep_all_peak(profile), Fraction(fraction), show(fraction)
     )
-
-
-def _exact(number: str) -> tuple[Fraction, bool] | None:
-    """`(value, nonzero)` of a decimal text, exact; None when beyond 10^40. A value
-    below 10^-40 comes back as 0 with `nonzero` set (see `_EXPONENT_RANGE`)."""
-    decimal = Decimal(number)
-    if decimal.is_zero():
-        return Fraction(0), False
-    if decimal.adjusted() > _EXPONENT_RANGE:
-        return None
-    if decimal.adjusted() < -_EXPONENT_RANGE:
-        return Fraction(0), True
-    return Fraction(decimal), True
-
-
-def number_bytes(value: int | float) -> int:
-    """A budget given as a number: whole bytes, rounded down (`parse_budget`'s rule)."""
-    if value != value or value < 0 or value == math.inf:
-        raise BudgetError(f"budget must be a finite number of bytes >= 0, got {show(value)}")
-    if 0 < value < 1:
-        raise _bare_fraction(Fraction(value), show(value))
-    return _whole(Fraction(value) if isinstance(value, float) else value, show(value))
 
 
 def parse_budget(text: str | int | float, profile: Profile | str) -> int:
     """Whole bytes from `12884901888`, `12GiB`, `1.5GB` or `50%` (of keep-all activations).
 
-    The one budget grammar of the API and the command line (see the NOTE):
-    rounded down to whole bytes; a bare number below 1 is refused with the
-    percentage it likely meant.
+    The one budget grammar of the API and the command line
+    (`planopt.budget_grammar`, whose NOTE says the rules): a byte count is
+    whole, a size or a percentage is rounded down to whole bytes, a bare
+    number below 1 is refused with the percentage it likely meant, and a
+    percentage is at most 100% (keep-all).
     """
     profile = resolve_profile(profile)
-    if isinstance(text, int | float) and not isinstance(text, bool):
-        return number_bytes(text)
-    match = _BUDGET_RE.match(text) if isinstance(text, str) else None
-    unit = match.group(2).lower() if match else None
-    if not match or (unit not in _UNITS and unit != "%"):
-        raise BudgetError(
-            f"budget must be bytes (12884901888), a size with unit (12GiB, 1.5GB) or a "
-            f"percentage of keep-all activation memory (50%), got {show(text)}"
-        )
-    exact = _exact(match.group(1))
-    if exact is None:
-        raise BudgetError(
-            f"budget must be at most {MAX_BUDGET_BYTES} bytes (2^63 - 1), got {show(text)}"
-        )
-    value, nonzero = exact
-    if unit == "%":
-        return _of_keep_all(profile, value / 100, show(text))
-    if unit == "" and nonzero and value < 1:
-        raise _bare_fraction(value, show(text))
-    return _whole(value * _UNITS[unit], show(text))
-
-
-def parse_budget_fraction(text: str) -> float:
-    """A share of keep-all activation memory from `50%` (0.5): the percentages of the
-    budget grammar, for commands that take one budget for many profiles (sweeps).
-
-    A bare number is refused, below 1 with the percentage it likely meant,
-    so `0.5` means the same (an error) here as in `parse_budget`.
-    """
-    match = _BUDGET_RE.match(text) if isinstance(text, str) else None
-    if match and match.group(2) == "%":
-        exact = _exact(match.group(1))
-        if exact is not None:
-            return float(exact[0] / 100)
-    if match and match.group(2) == "":
-        exact = _exact(match.group(1))
-        if exact is not None and exact[1] and exact[0] < 1:
-            raise _bare_fraction(exact[0], show(text))
-    raise BudgetError(
-        f"budget must be a percentage of keep-all activation memory (50%), got {show(text)}"
-    )
+    return parse_budget_text(text, profile.static_bytes, lambda: keep_all_peak(profile))
 
 
 @dataclass(frozen=True)
@@ -271,8 +177,6 @@ def space_min_budget(profile: Profile, space: str = "joint") -> SpaceMinimum:
     minimum); otherwise `value` is that bound and `upper` the best plan's
     peak. `min_budget(profile)` is unchanged: the joint space's lower bound.
     """
-    from planopt.simulate import Scorer
-
     if space not in ("joint", "recompute-only", "swap-only"):
         raise BudgetError(f"space must be one of joint, recompute-only, swap-only, got {space!r}")
     if space == "recompute-only" or space == "joint":

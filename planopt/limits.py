@@ -10,12 +10,29 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from planopt.errors import InvalidProfileError, show, where
 
-if TYPE_CHECKING:
-    from planopt.profile import Device, Layer
+
+class Device(Protocol):
+    """What the clock check reads of a `planopt.profile.Device`: this module sits
+    below `planopt.profile` (which calls its checks) and never imports it."""
+
+    transfer_latency: float
+    h2d_bandwidth: float
+    d2h_bandwidth: float
+
+
+class Layer(Protocol):
+    """What the profile checks read of a `planopt.profile.Layer` (see `Device`)."""
+
+    name: str
+    fwd: float
+    bwd: float
+    out_bytes: int
+    saved_bytes: int
+
 
 # NOTE: a positive time below a picosecond is no measurement, and it breaks
 # the model's arithmetic: added to a clock of seconds it vanishes in floating
@@ -102,7 +119,7 @@ def check_bandwidth(value: Any, what: str) -> float:
     return float(value)
 
 
-_BYTE_FIELDS = (
+BYTE_FIELDS = (
     "out_bytes",
     "saved_bytes",
     "input_grad_bytes",
@@ -116,7 +133,7 @@ def check_total_bytes(static: int, layers: Sequence[Layer]) -> None:
     """Static plus every byte field of every layer within MAX_TOTAL_BYTES (see the NOTE)."""
     # abs: version 3's backward scratch may be negative; a regeneration's scratch
     # exists at most once per layer at a time (its largest option's).
-    total = static + sum(abs(getattr(layer, f)) for layer in layers for f in _BYTE_FIELDS)
+    total = static + sum(abs(getattr(layer, f)) for layer in layers for f in BYTE_FIELDS)
     total += sum(max((o.regen_work_bytes for o in layer.options), default=0) for layer in layers)
     if total > MAX_TOTAL_BYTES:
         raise InvalidProfileError(

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from planopt.action import KEEP, RECOMPUTE, SWAP, Action, parse_action
-from planopt.errors import InvalidPlanError, ProfileMismatchError, show, where
+from planopt.errors import InvalidPlanError, InvalidProfileError, ProfileMismatchError, show, where
 from planopt.need import block_step, need_indices, reads_input, recompute_runs
-
-if TYPE_CHECKING:
-    from planopt.profile import Profile
+from planopt.profile import Profile
 
 
 @dataclass(frozen=True)
@@ -170,7 +168,7 @@ class Plan:
         return plan
 
     @classmethod
-    def keep_all(cls, profile: Profile | str) -> Plan:
+    def keep_all(cls, profile: Profile) -> Plan:
         """Every layer kept: the plan of no memory saving (and of `T_ideal`)."""
         profile = _resolve(profile)
         return cls.build([KEEP] * len(profile.layers), profile=profile)
@@ -288,11 +286,15 @@ def _check_sequence(value: Any, what: str) -> None:
 
 
 def _resolve(profile: Any) -> Profile:
-    # NOTE: imported here, not at the top: the resolver reads profile files
-    # (planopt.io), which parses plans too and so imports this module.
-    from planopt.bundled import resolve_profile
-
-    return resolve_profile(profile)
+    # NOTE: a plan takes a `Profile`, never a name or a path: resolving those
+    # reads profile files (planopt.io, which parses plans and so sits above
+    # this module). The functions that take a profile resolve names first.
+    if not isinstance(profile, Profile):
+        raise InvalidProfileError(
+            f"profile must be a planopt.Profile here (load a bundled name with "
+            f"planopt.bundled_profile, a file with planopt.load_profile), got {show(profile)}"
+        )
+    return profile
 
 
 def _check_index(value: Any, low: int, high: int, what: str, *, required: bool) -> None:

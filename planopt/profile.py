@@ -199,6 +199,19 @@ def _check_scratch_floor(layers: tuple[Layer, ...]) -> None:
                 )
 
 
+def _check_unique_names(layers: tuple[Layer, ...]) -> None:
+    """Refuse two layers of one name: a plan names its layers (`Plan.names`, plan
+    files), so a name must say which layer it is."""
+    seen: dict[str, int] = {}
+    for i, layer in enumerate(layers):
+        first = seen.setdefault(layer.name, i)
+        if first != i:
+            raise InvalidProfileError(
+                f"{where(i, layer.name)}: name must be unique in the profile (a plan names "
+                f"its layers), got the name of layer {first}"
+            )
+
+
 @dataclass(frozen=True)
 class Profile:
     """A layer chain with its static memory and device (spec: "The network")."""
@@ -229,6 +242,7 @@ class Profile:
                 raise InvalidProfileError(f"layer {i}: must be a Layer, got {show(layer)}")
         checked = tuple(layer.validated(i) for i, layer in enumerate(layers))
         _check_scratch_floor(checked)
+        _check_unique_names(checked)
         object.__setattr__(self, "layers", checked)
         if self.source is not None and not isinstance(self.source, str):
             raise InvalidProfileError(f"profile: source must be a string, got {show(self.source)}")

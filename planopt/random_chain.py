@@ -32,11 +32,12 @@ import itertools
 import math
 import numbers
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
 from planopt.errors import InvalidProfileError, show
+from planopt.limits import BYTE_FIELDS, MAX_BYTES, MAX_TOTAL_BYTES
 from planopt.profile import Device, Layer, Profile
 
 FAMILIES = ("uniform", "cnn", "transformer", "mixed")
@@ -106,18 +107,16 @@ def _layer(
     return Layer.v1(name, fwd, bwd, _bytes(saved), _bytes(fwork), _bytes(bwork), signature)
 
 
-def _uniform(rng: np.random.Generator, n: int) -> list[Layer]:
+def _uniform(rng: np.random.Generator, n: int) -> Iterator[Layer]:
     t_med = _lognormal(rng, 1e-3, 0.3)
     s_med = _lognormal(rng, 32 * MIB, 0.3)
-    out = []
     for i in range(n):
         fwd = _lognormal(rng, t_med, 0.6)
         bwd = fwd * _lognormal(rng, 2.0, 0.3)
         saved = _lognormal(rng, s_med, 0.8)
         fwork = _lognormal(rng, s_med / 4, 0.8) if rng.random() < 0.3 else 0.0
         bwork = _lognormal(rng, s_med / 2, 0.8) if rng.random() < 0.3 else 0.0
-        out.append(_layer(f"u{i}", fwd, bwd, saved, fwork, bwork))
-    return out
+        yield _layer(f"u{i}", fwd, bwd, saved, fwork, bwork)
 
 
 def _split(rng: np.random.Generator, n: int, parts: int) -> list[int]:
@@ -130,11 +129,10 @@ def _split(rng: np.random.Generator, n: int, parts: int) -> list[int]:
     return [b - a for a, b in itertools.pairwise(bounds)]
 
 
-def _cnn(rng: np.random.Generator, n: int) -> list[Layer]:
+def _cnn(rng: np.random.Generator, n: int) -> Iterator[Layer]:
     top = _lognormal(rng, 96 * MIB, 0.4)  # first stage's activation size
     conv_time = _lognormal(rng, 1.5e-3, 0.3)
     stream = 1.2e12  # bytes/s a memory-bound op sustains
-    out: list[Layer] = []
     for s, length in enumerate(_split(rng, n, int(rng.integers(3, 6)))):
         size = top / 2**s
         c_fwd = conv_time * float(rng.uniform(0.8, 1.25))
@@ -144,8 +142,7 @@ def _cnn(rng: np.random.Generator, n: int) -> list[Layer]:
         for j in range(cheap):
             t = size / stream + 5e-6
             unit.append(_layer(f"s{s}.op{j}", t, 1.5 * t, size, 0.0, 2 * size, f"s{s}.op{j}"))
-        out += [unit[k % len(unit)] for k in range(length)]
-    return out
+        yield from (unit[k % len(unit)] for k in range(length))
 
 
 def _block_op(rng: np.random.Generator, j: int, scale: float) -> Layer:
@@ -163,10 +160,11 @@ def _block_op(rng: np.random.Generator, j: int, scale: float) -> Layer:
     return _layer(f"op{j}", fwd, bwd, saved, work / 2, work, f"blk.op{j}")
 
 
-def _transformer(rng: np.random.Generator, n: int, noise: float) -> list[Layer]:
+def _transformer(rng: np.random.Generator, n: int, noise: float) -> Iterator[Layer]:
     scale = _lognormal(rng, 12 * MIB, 0.3)
     if n < 3:
-        return [_block_op(rng, j, scale) for j in range(n)]
+        yield from [_block_op(rng, j, scale) for j in range(n)]
+        return
     k = min(int(rng.integers(4, 13)), n - 2)
     block = [_block_op(rng, j, scale) for j in range(k)]
     repeats, extra = divmod(n - 2, k)
@@ -175,10 +173,18 @@ def _transformer(rng: np.random.Generator, n: int, noise: float) -> list[Layer]:
         _layer(f"head{j}", 2e-4, 4e-4, 2 * scale, 4 * scale, 4 * scale, f"head{j}")
         for j in range(extra + 1)
     ]
-    chain = list(repeated_chain(block, repeats, [embed], head))
-    if noise > 0:
-        chain = [_perturb(rng, layer, noise) for layer in chain]
-    return chain
+    # As `repeated_chain(block, repeats, [embed], head)`, a layer at a time.
+    body = (
+        dataclasses.replace(
+            layer,
+            name=f"b{r}.{layer.name}",
+            signature=layer.signature if layer.signature is not None else layer.name,
+        )
+        for r in range(repeats)
+        for layer in block
+    )
+    for layer in itertools.chain([embed], body, head):
+        yield _perturb(rng, layer, noise) if noise > 0 else layer
 
 
 def _perturb(rng: np.random.Generator, layer: Layer, noise: float) -> Layer:
@@ -187,20 +193,22 @@ def _perturb(rng: np.random.Generator, layer: Layer, noise: float) -> Layer:
     return dataclasses.replace(layer, fwd=layer.fwd * f, bwd=layer.bwd * b)
 
 
-def _family(rng: np.random.Generator, family: str, n: int, noise: float) -> list[Layer]:
+def _family(rng: np.random.Generator, family: str, n: int, noise: float) -> Iterator[Layer]:
+    """The family's layers, drawn one at a time in the order of the one `rng`."""
     if family == "uniform":
-        return _uniform(rng, n)
+        yield from _uniform(rng, n)
+        return
     if family == "cnn":
-        return _cnn(rng, n)
+        yield from _cnn(rng, n)
+        return
     if family == "transformer":
-        return _transformer(rng, n, noise)
-    out: list[Layer] = []
+        yield from _transformer(rng, n, noise)
+        return
     for seg, length in enumerate(_split(rng, n, int(rng.integers(2, 4)))):
         kind = str(rng.choice(["uniform", "cnn", "transformer"]))
         for layer in _family(rng, kind, length, noise):
             sig = None if layer.signature is None else f"seg{seg}.{kind}.{layer.signature}"
-            out.append(dataclasses.replace(layer, signature=sig))
-    return out
+            yield dataclasses.replace(layer, signature=sig)
 
 
 # kind -> (weight, saves_input, saves_output, internals as a fraction of the output)
@@ -225,25 +233,56 @@ def _v2_kind(seed: int, key: str) -> str:
     return "add"
 
 
-def _as_v2(layers: Sequence[Layer], seed: int) -> tuple[Layer, ...]:
+def _as_v2(layers: Iterable[Layer], seed: int) -> Iterator[Layer]:
     """The version-2 reading of drawn layers (see the module doc)."""
-    out = []
     below = 0
     for i, layer in enumerate(layers):
         kind = _v2_kind(seed, layer.signature if layer.signature is not None else f"#{i}")
         _, saves_in, saves_out, inner = V2_KINDS[kind]
         size = layer.out_bytes
-        out.append(
-            dataclasses.replace(
-                layer,
-                saved_bytes=round(inner * size),
-                saves_input=saves_in,
-                saves_output=saves_out,
-                input_grad_bytes=below if i > 0 else 0,
-            )
+        yield dataclasses.replace(
+            layer,
+            saved_bytes=round(inner * size),
+            saves_input=saves_in,
+            saves_output=saves_out,
+            input_grad_bytes=below if i > 0 else 0,
         )
         below = size
-    return tuple(out)
+
+
+def _within_limits(
+    layers: Iterable[Layer], n_layers: int, static_fraction: float
+) -> tuple[tuple[Layer, ...], int]:
+    """`(layers, static_bytes)`, refused at the first layer that takes the static
+    bytes past `planopt.limits.MAX_BYTES` or the sizes past `MAX_TOTAL_BYTES`.
+
+    Both only grow layer by layer, so the first layer past a limit proves the
+    chain cannot be made: `random_chain(10**7)` drew for 144 s before the
+    profile refused its static bytes; it now stops after the layers that
+    pass the limit (about 10^5 at the default static fraction).
+    """
+    out = []
+    products = 0  # the layers' saved sizes, of which static_bytes is a share
+    sizes = 0  # every byte field of every layer (planopt.limits.check_total_bytes)
+    for i, layer in enumerate(layers):
+        out.append(layer)
+        products += layer.product_bytes
+        sizes += sum(getattr(layer, field) for field in BYTE_FIELDS)
+        static = round(static_fraction * products)
+        if static > MAX_BYTES or static + sizes > MAX_TOTAL_BYTES:
+            what, limit, name = (
+                ("static_bytes", "2^40", "MAX_BYTES")
+                if static > MAX_BYTES
+                else ("static_bytes plus every layer's sizes", "2^53", "MAX_TOTAL_BYTES")
+            )
+            raise InvalidProfileError(
+                f"random_chain: {what} must be at most {limit} bytes "
+                f"(planopt.limits.{name}), but the first {i + 1} of n_layers={n_layers} "
+                f"layers already pass it (static_fraction={static_fraction!r} of their "
+                f"saved sizes is {static} bytes): ask for fewer layers or a smaller "
+                f"static_fraction"
+            )
+    return tuple(out), round(static_fraction * products)
 
 
 def random_chain(
@@ -284,10 +323,10 @@ def random_chain(
         raise InvalidProfileError(f"random_chain: version must be 1 or 2, got {show(version)}")
     rng = np.random.default_rng(seed)
     drawn = _family(rng, family, n_layers, float(noise))
-    layers = tuple(dataclasses.replace(layer, name=f"l{i}") for i, layer in enumerate(drawn))
-    if version == 2:
-        layers = _as_v2(layers, seed)
-    static = round(static_fraction * sum(layer.product_bytes for layer in layers))
+    named = (dataclasses.replace(layer, name=f"l{i}") for i, layer in enumerate(drawn))
+    layers, static = _within_limits(
+        _as_v2(named, seed) if version == 2 else named, n_layers, static_fraction
+    )
     return Profile(
         name=f"random-{family}-n{n_layers}-seed{seed}" + ("-v2" if version == 2 else ""),
         device=DEFAULT_DEVICE if device is None else device,

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planopt.budget import number_bytes, parse_budget
+from planopt.budget_grammar import number_bytes, parse_budget_text
 from planopt.bundled import resolve_profile
 from planopt.errors import BudgetError, InvalidPlanError, show
 from planopt.plan import KEEP, RECOMPUTE, SWAP, Action, Plan
@@ -546,12 +546,19 @@ class Scorer:
 
 
 def check_budget(budget: float | None) -> int | None:
-    """A budget in whole bytes (rounded down) from a number >= 0, or None for no limit."""
+    """A budget in whole bytes from a whole number >= 0, or None for no limit."""
     if budget is None:
         return None
     if isinstance(budget, bool) or not isinstance(budget, int | float):
         raise BudgetError(f"budget must be a finite number of bytes, got {show(budget)}")
     return number_bytes(budget)
+
+
+def keep_all_peak(profile: Profile | str) -> int:
+    """Peak memory of keeping every tensor (the 100% point of fractional budgets)."""
+    profile = resolve_profile(profile)
+    n = len(profile.layers)
+    return Scorer(profile).peak([KEEP] * n, [None] * n, [None] * n)
 
 
 def simulate(
@@ -560,7 +567,7 @@ def simulate(
     """Execute `plan` on `profile` under the spec's semantics.
 
     `profile` may also be a bundled name or a profile file; `budget` is the
-    grammar of `parse_budget` (bytes, `"12GiB"`, `"50%"`). Raises
+    grammar of `planopt.parse_budget` (bytes, `"12GiB"`, `"50%"`). Raises
     `InvalidPlanError`/`ProfileMismatchError` when the plan does not belong
     to the profile. With `budget`, `Schedule.feasible` says whether the peak
     fits; nothing ever waits for memory (the spec's memory is a check).
@@ -568,6 +575,10 @@ def simulate(
     profile = resolve_profile(profile)
     if not isinstance(plan, Plan):
         raise InvalidPlanError(f"plan must be a planopt.Plan, got {show(plan)}")
-    bytes_budget = None if budget is None else parse_budget(budget, profile)
+    bytes_budget = (
+        None
+        if budget is None
+        else parse_budget_text(budget, profile.static_bytes, lambda: keep_all_peak(profile))
+    )
     plan.check(profile)
     return Scorer(profile).schedule(plan, bytes_budget)

@@ -15,15 +15,15 @@ need. Every candidate is one simulation; the plan always fits the budget.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from planopt.plan import KEEP, RECOMPUTE, SWAP, need_indices
 
-if TYPE_CHECKING:
-    from solvers.pooch import _Greedy, _Work
+# The greedy and its working plan are pooch's (`_Greedy`, `_Work`); typed as Any
+# so this module never imports pooch, which imports it.
 
 
-def take_options(greedy: _Greedy, w: _Work) -> None:
+def take_options(greedy: Any, w: Any) -> None:
     """Stage 5 on the working plan `w` (nothing to do without menus)."""
     profile = greedy.problem.profile
     if not profile.has_options:
@@ -56,7 +56,7 @@ def take_options(greedy: _Greedy, w: _Work) -> None:
                 break
 
 
-def _set(w: _Work, i: int, action, name: str, profile):
+def _set(w: Any, i: int, action, name: str, profile):
     """Give layer `i` the action and option; fix copies back below; return the undo."""
     saved = (list(w.actions), list(w.prefetch), list(w.wait), list(w.options))
     n = len(w.actions)

@@ -117,12 +117,25 @@ def test_a_bundled_name_or_a_path_works_wherever_a_profile_is_taken(profile, tmp
         assert planopt.Scorer(given).score_plan(Plan.keep_all(profile)) == planopt.Scorer(
             profile
         ).score_plan(Plan.keep_all(profile))
-        plan = Plan.keep_all(given)
+        plan = Plan.keep_all(profile)
         assert planopt.simulate(given, plan).makespan == profile.t_ideal
     solution = planopt.solve(NAME, "50%", work_limit=1)
     assert solution.status in (Status.OPTIMAL, Status.FEASIBLE)
     assert solution.plan.profile == profile.fingerprint
     assert planopt.lower_bound(NAME, "50%", relax=True) >= profile.t_ideal
+
+
+def test_a_plan_takes_a_profile_not_a_name(profile):
+    # A plan is below the file readers (issue 25: plan -> bundled -> io -> plan was
+    # an import loop), so it takes a `Profile` and says how to load one.
+    for call in (
+        lambda: Plan.keep_all(NAME),
+        lambda: Plan.build(["keep"] * len(profile.layers), profile=NAME),
+        lambda: Plan.keep_all(profile).check(NAME),
+    ):
+        with pytest.raises(InvalidProfileError, match=r"planopt\.bundled_profile") as info:
+            call()
+        assert repr(NAME) in _message(info)
 
 
 @pytest.mark.parametrize(

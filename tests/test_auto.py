@@ -36,7 +36,7 @@ def test_choose():
 def test_small_nets_are_solved_exactly():
     profile = random_chain(8, seed=3)
     low = planopt.min_budget(profile)
-    budget = low + 0.3 * (planopt.keep_all_peak(profile) - low)
+    budget = int(low + 0.3 * (planopt.keep_all_peak(profile) - low))  # whole bytes
     sol = planopt.solve(profile, budget, "auto", work_limit=30)
     exact = planopt.solve(profile, budget, "exact", work_limit=30)
     assert sol.message.startswith("auto: used exact")

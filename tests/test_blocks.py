@@ -303,7 +303,7 @@ def test_blocks_options_are_checked():
 def test_every_blocks_plan_fits_its_budget(seed, k, r):
     profile = _copies_net(seed, k)
     low = planopt.min_budget(profile)
-    budget = low + r * (planopt.keep_all_peak(profile) - low)
+    budget = int(low + r * (planopt.keep_all_peak(profile) - low))  # whole bytes
     sol = planopt.solve(profile, budget, "blocks", work_limit=0.02, window=0)
     assert sol.status in (Status.FEASIBLE, Status.OPTIMAL)
     assert planopt.simulate(profile, sol.plan, budget).feasible

@@ -182,6 +182,41 @@ def test_solve_budget_units_and_percent(capsys, tiny):
     assert json.loads(out)["budget"] == 1024
 
 
+@pytest.mark.parametrize(
+    ("budget", "words"),
+    [
+        ("1.5", ["whole number", "'1.5'"]),  # was read as 1 byte
+        ("1600.5", ["whole number", "'1600.5'"]),
+        ("150%", ["at most 100%", "above keep-all", "100% is keep-all", "'150%'"]),
+        ("1e3%", ["at most 100%", "above keep-all", "'1e3%'"]),  # were taken silently
+        ("-5%", [">= 0", "'-5%'"]),  # was argparse's "expected one argument"
+        ("-1GiB", [">= 0", "'-1GiB'"]),
+    ],
+)
+@pytest.mark.parametrize("command", ["solve", "simulate", "show"])
+def test_a_bad_budget_says_its_rule_and_exits_2(capsys, tiny, tmp_path, command, budget, words):
+    plan = write(tmp_path / "plan.json", SWAP_PLAN)
+    argv = {
+        "solve": ["solve", tiny, "--method", "keep-all", "--budget", budget],
+        "simulate": ["simulate", tiny, plan, "--budget", budget],
+        "show": ["show", tiny, plan, "--budget", budget],
+    }[command]
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    line = one_error_line(err)
+    for word in words:
+        assert word in line, line
+
+
+@pytest.mark.parametrize("budgets", [["-5%"], ["50%", "-5%"], ["150%"]])
+def test_a_bad_sweep_budget_says_its_rule_and_exits_2(capsys, budgets):
+    code, out, err = run(capsys, "experiment", "sweep", BUNDLED, "--budgets", *budgets)
+    assert code == 2 and out == ""
+    line = one_error_line(err)
+    assert "--budgets" in line and repr(budgets[-1]) in line
+    assert (">= 0%" if budgets[-1].startswith("-") else "above keep-all") in line
+
+
 def test_solve_budget_below_minimum_exits_1_with_the_minimum(capsys, tiny, tmp_path):
     out_path = tmp_path / "plan.json"
     code, out, err = run(
@@ -566,3 +601,18 @@ def test_python_m_planopt_bad_input_is_one_line(tmp_path):
     assert proc.returncode == 2
     assert proc.stdout == ""
     one_error_line(proc.stderr)
+
+
+def test_run_check_help_says_what_its_words_refer_to(capsys):
+    # Issue 25: "see below" referred to nothing, the epilog said planopt.profile/1 where
+    # run-check needs /2, and the description said "one step" where the default is 3.
+    code, out, _ = run(capsys, "run-check", "--help")
+    assert code == 0
+    text = " ".join(out.split())
+    below = text.split("see --model below")
+    assert len(below) == 2 and "--model names a factory as MODULE:ATTR" in below[1]
+    assert "(chain, (inputs, targets), loss_fn)" in below[1]
+    assert "PROFILE must be the planopt.profile/2" in text
+    assert "planopt.profile/1 JSON" not in text
+    assert "one step" not in text and "3 by default" in text and "(default: 3)" in text
+    assert "planopt.runtime.models:reference_model" in text

@@ -113,3 +113,35 @@ def test_gpt2_profile_has_a_menu_per_block_and_no_menus_on_request(capsys, tmp_p
     for a, b in zip(prof.layers, plain.layers, strict=True):
         assert (a.saved_bytes, a.out_bytes, a.fwd) == (b.saved_bytes, b.out_bytes, b.fwd)
     assert "Menus (cost model v3)" in prof.source
+
+
+@pytest.mark.skipif(not hf_available(), reason="needs transformers (the models extra)")
+@pytest.mark.parametrize(
+    ("model", "seq", "positions"),
+    [("hf:gpt2", 100000, 1024), ("hf:gpt2-medium", 1025, 1024), ("hf:bert-base", 513, 512)],
+)
+def test_a_sequence_beyond_the_configurations_positions_is_refused(
+    capsys, tmp_path, model, seq, positions
+):
+    # Issue 25: `--seq 100000` built a 100,000-position GPT-2 without a word.
+    target = tmp_path / "p.json"
+    code, _, err = run(capsys, "profile-model", model, "--seq", str(seq), "-o", str(target))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert f"seq must be at most {positions} for {model}" in err and str(seq) in err
+    assert not target.exists()
+
+
+@pytest.mark.skipif(not hf_available(), reason="needs transformers (the models extra)")
+def test_the_catalogue_refuses_a_sequence_beyond_its_positions_in_the_api_too():
+    from planopt.errors import PlanoptError
+    from planopt.runtime.catalogue import SequenceLengthError, build_fake
+
+    with pytest.raises(SequenceLengthError, match="at most 131072 for hf:llama-1b") as info:
+        build_fake("hf:llama-1b", 1, 131073)
+    assert isinstance(info.value, PlanoptError)
+    assert {name: m.positions for name, m in MODELS.items() if m.seq is not None} == {
+        "hf:gpt2": 1024,
+        "hf:gpt2-medium": 1024,
+        "hf:llama-1b": 131072,
+        "hf:bert-base": 512,
+    }

@@ -147,3 +147,21 @@ def test_relative_links_point_into_the_repository(doc):
         elif fragment and path.suffix == ".md" and unquote(fragment) not in _anchors(path):
             broken.append(f"{link} (no such heading in {path.relative_to(ROOT)})")
     assert not broken, f"{doc.relative_to(ROOT)}: broken links: {', '.join(broken)}"
+
+
+def test_the_readme_states_one_figure_for_the_demo():
+    # Issue 25: the Quickstart said 70 CPU-seconds and the command table 79.
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    figures = set(re.findall(r"(\d+(?:\.\d+)?) CPU-seconds", text))
+    assert len(figures) == 1, figures
+
+
+def test_the_readme_installs_a_pinned_cpu_torch_before_the_torch_extra():
+    # Issue 25: unpinned, the extra resolves a multi-GB CUDA build of the newest torch.
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    pin = re.search(r"torch==([\d.]+)", ci)
+    assert pin is not None
+    line = next(x for x in readme.splitlines() if ".[torch]" in x and "pip install" in x)
+    assert line.index(f"torch=={pin.group(1)}") < line.index(".[torch]")
+    assert "CPU build of torch first" in " ".join(readme.split())

@@ -183,8 +183,8 @@ def test_model_reproduces_the_simulator(data):
 def test_optimum_is_monotone_and_beats_every_heuristic(profile, r):
     minimum, _ = min_budget_info(profile)
     high = keep_all_peak(profile)
-    low_budget = minimum + r * (high - minimum) * 0.5
-    high_budget = low_budget + (high - minimum) * 0.5
+    low_budget = int(minimum + r * (high - minimum) * 0.5)  # whole bytes
+    high_budget = int(low_budget + (high - minimum) * 0.5)
     tight = planopt.solve(profile, low_budget, "exact", work_limit=60)
     loose = planopt.solve(profile, high_budget, "exact", work_limit=60)
     assert tight.status is Status.OPTIMAL and loose.status is Status.OPTIMAL
@@ -266,8 +266,9 @@ def test_a_work_limited_solve_gives_the_same_plan_quiet_and_loaded(method, backe
     busy: identical plan, status, bound and work (no clock is read here)."""
     if isinstance(net, tuple):
         profile = planopt.random_chain(net[0], seed=net[1], family="mixed")
-        budget = planopt.min_budget(profile) + 0.4 * (
-            keep_all_peak(profile) - planopt.min_budget(profile)
+        budget = int(
+            planopt.min_budget(profile)
+            + 0.4 * (keep_all_peak(profile) - planopt.min_budget(profile))
         )
     else:
         profile = planopt.bundled_profile(net)

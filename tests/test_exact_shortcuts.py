@@ -26,7 +26,7 @@ REL = 1e-6
 def _budget(profile, r=0.4):
     """`r` of the way from the minimum budget to keep-all's peak."""
     low = planopt.min_budget(profile)
-    return low + r * (keep_all_peak(profile) - low)
+    return int(low + r * (keep_all_peak(profile) - low))  # whole bytes
 
 
 def _plain_exact(profile, budget, monkeypatch, **kwargs):

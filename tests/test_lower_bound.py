@@ -36,7 +36,7 @@ def _optimum(profile, budget):
 @given(profile=profiles(1, 4, exact=False), r=st.floats(0.0, 1.2))
 def test_bound_is_below_the_brute_force_optimum(profile, r):
     low = planopt.min_budget(profile)
-    budget = low + r * (keep_all_peak(profile) - low)
+    budget = int(low + r * (keep_all_peak(profile) - low))  # whole bytes
     optimum = _optimum(profile, budget)
     bound = _bound(profile, budget)
     lp = _bound(profile, budget, relax=True)

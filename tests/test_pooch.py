@@ -122,7 +122,7 @@ def test_pooch_is_infeasible_below_min_budget_and_says_the_minimum():
 def test_pooch_fits_a_200_layer_chain_down_to_min_budget(fraction):
     profile = random_chain(200, seed=3)
     low, high = min_budget(profile), planopt.keep_all_peak(profile)
-    budget = low + fraction * (high - low)
+    budget = int(low + fraction * (high - low))  # whole bytes
     out = pooch(problem_for(profile, budget))
     assert out.status is Status.FEASIBLE, out.message
     assert simulate(profile, out.plan, budget).peak_bytes <= budget

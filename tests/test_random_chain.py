@@ -206,3 +206,46 @@ def test_version_2_chains_keep_the_version_1_draws_and_add_real_flags():
     assert random_chain(80, seed=4, family="transformer", version=2) == v2
     with pytest.raises(InvalidProfileError, match="version"):
         random_chain(5, version=3)
+
+
+def test_a_chain_past_the_static_limit_is_refused_at_the_layer_that_passes_it():
+    # Issue 25: random_chain(10**7) drew every layer (144 s) before the profile
+    # refused its static bytes. Sizes only grow, so the first layer past
+    # planopt.limits.MAX_BYTES proves it: the refusal comes after ~10^5 layers.
+    with pytest.raises(InvalidProfileError) as info:
+        random_chain(10**7)
+    message = str(info.value)
+    assert "static_bytes must be at most 2^40" in message and "MAX_BYTES" in message
+    assert "static_fraction=0.25" in message and "n_layers=10000000" in message
+    first = int(message.split("the first ")[1].split(" ")[0])
+    assert first < 200_000
+    # Without static bytes nothing passes a limit early: the check refuses only
+    # what the profile would.
+    assert len(random_chain(1000, static_fraction=0.0)) == 1000
+
+
+@pytest.mark.parametrize(
+    ("family", "n", "seed", "noise", "version", "fingerprint", "static"),
+    [
+        ("uniform", 7, 1, 0.0, 1, "sha256:6497171318f67c7247cdca4c98682e0d", 74685593),
+        ("cnn", 301, 0, 0.0, 2, "sha256:02a494bdce8fa768ac67d8d1616ae8bf", 2684114827),
+        ("transformer", 50, 5, 0.1, 1, "sha256:31cf4aead033482e5545b0dafaf77944", 684061387),
+        ("mixed", 301, 1, 0.1, 2, "sha256:415801ec696f022e236baa1086b7ab72", 5575833546),
+    ],
+)
+def test_chains_drawn_a_layer_at_a_time_are_the_chains_drawn_before(
+    family, n, seed, noise, version, fingerprint, static
+):
+    # Pinned from the code that drew every layer into a list first.
+    p = random_chain(n, seed=seed, family=family, noise=noise, version=version)
+    assert (p.fingerprint, p.static_bytes) == (fingerprint, static)
+
+
+def test_a_chain_past_the_total_limit_is_refused_at_the_layer_that_passes_it(monkeypatch):
+    import importlib
+
+    module = importlib.import_module("planopt.random_chain")
+    monkeypatch.setattr(module, "MAX_TOTAL_BYTES", 10**10)  # a few hundred layers' sizes
+    with pytest.raises(InvalidProfileError, match="MAX_TOTAL_BYTES") as info:
+        random_chain(10**7, static_fraction=0.0)
+    assert "static_bytes plus every layer's sizes must be at most 2^53" in str(info.value)

@@ -121,7 +121,7 @@ def test_a_work_share_below_the_lp_gives_t_ideal_and_says_so():
 def test_prefix_sums_are_each_prefixs_fsum():
     import math
 
-    from solvers.model.relaxation import exact_prefix_sums
+    from solvers.model.relaxation_coefficients import exact_prefix_sums
 
     rng = random.Random(3)
     values = [rng.choice([1e-9, 1.0, 3e5, 0.1]) * rng.random() for _ in range(400)]

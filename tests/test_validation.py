@@ -136,6 +136,8 @@ PROFILE_CASES = [
     ("no layers", ("layers",), [], ["profile", "layers", "at least one"]),
     ("layers not a list", ("layers",), {"a": 1}, ["profile", "layers", "list"]),
     ("unknown top-level field", ("extra",), 1, ["profile", "unknown field", "'extra'"]),
+    # Issue 25: a plan names its layers, so two layers of one name were ambiguous.
+    ("duplicate name", ("layers", 2, "name"), "conv1", ["layer 2 (conv1)", "unique", "layer 0"]),
 ]
 
 
@@ -164,6 +166,15 @@ def test_profile_of_another_format_is_refused(fmt):
 def test_profile_that_is_not_an_object_is_refused():
     with raises_naming(InvalidProfileError, "profile", "object", "list"):
         profile_from_dict([PROFILE])  # type: ignore[arg-type]
+
+
+def test_duplicate_layer_names_are_refused_wherever_a_profile_is_made():
+    a, b = Layer.v1("a", 1.0, 1.0, 10), Layer.v1("b", 1.0, 1.0, 10)
+    device = Device("d", 1e9, 1e9)
+    with raises_naming(InvalidProfileError, "layer 2 (a)", "unique", "layer 0"):
+        Profile("p", device, 0, [a, b, a])
+    with raises_naming(InvalidProfileError, "layer 1 (a)", "unique"):
+        Profile("p", device, 0, [a, b]).replace_layers([a, a])
 
 
 def test_dataclass_constructors_validate_too():

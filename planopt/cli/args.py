@@ -18,7 +18,8 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from planopt import paths
@@ -127,3 +128,42 @@ def noise(text: str) -> float:
     if not 0 <= value < 1:
         raise argparse.ArgumentTypeError(f"noise must be in [0, 1) (or 0% to 99%), got {text!r}")
     return value
+
+
+# NOTE (values with a minus): argparse reads a token that starts with `-` and
+# is no plain number (`-5%`, `-1GiB`) as an option, so `--budget -5%` said
+# "expected one argument". These options' values are glued on (`--budget=-5%`)
+# and the list of `--budgets` is checked by its own type, so the value's own
+# rule says what is wrong (a budget must be >= 0).
+_SIGNED = re.compile(r"^-\s*\.?[0-9]")
+ONE_VALUE_OPTIONS = ("--budget", "--noise")
+LIST_OPTIONS: dict[str, Callable[[str], object]] = {"--budgets": budget_fraction}
+
+
+def keep_signed_values(argv: Sequence[str]) -> list[str]:
+    """`argv` with `--budget -5%` as `--budget=-5%` (see the NOTE); a signed value in
+    the list of `--budgets` raises its type's complaint, as argparse would word it."""
+    args = list(argv)
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if token == "--":
+            return out + args[i:]
+        following = args[i + 1] if i + 1 < len(args) else ""
+        if token in ONE_VALUE_OPTIONS and _SIGNED.match(following):
+            out.append(f"{token}={following}")
+            i += 2
+            continue
+        out.append(token)
+        i += 1
+        if token in LIST_OPTIONS:
+            while i < len(args) and not args[i].startswith("--"):
+                if _SIGNED.match(args[i]):
+                    try:
+                        LIST_OPTIONS[token](args[i])
+                    except argparse.ArgumentTypeError as exc:
+                        raise argparse.ArgumentError(None, f"argument {token}: {exc}") from None
+                out.append(args[i])
+                i += 1
+    return out

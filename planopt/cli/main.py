@@ -25,6 +25,7 @@ from planopt.cli import (
     simulate,
     solve,
 )
+from planopt.cli.args import keep_signed_values
 from planopt.cli.common import EXIT_BAD_INPUT, EXIT_OK, Run
 from planopt.errors import PlanoptError
 
@@ -44,11 +45,11 @@ exit codes:
 
 def _epilog() -> str:
     inputs = (
-        "PROFILE is a path to a planopt.profile/1 JSON file or the name of a bundled "
+        "PROFILE is a path to a planopt.profile JSON file (/2, or /1) or the name of a bundled "
         f"profile ({', '.join(bundled_profile_names())}). BUDGET is bytes (12884901888), "
         "a size (12GiB, 1.5GB) or a percentage of keep-all activation memory (50%)."
     )
-    return textwrap.fill(inputs, 78) + "\n\n" + EXIT_CODES
+    return textwrap.fill(inputs, 78, break_on_hyphens=False) + "\n\n" + EXIT_CODES
 
 
 class _UsageError(Exception):
@@ -99,7 +100,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit code (see the epilog)."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(keep_signed_values(sys.argv[1:] if argv is None else argv))
+    except argparse.ArgumentError as exc:  # a signed `--budgets` value (keep_signed_values)
+        return _fail(str(exc))
     except _UsageError as exc:
         return _fail(str(exc))
     except SystemExit as exc:  # --help and --version exit 0 through argparse

@@ -14,26 +14,43 @@ torch is imported only when the command runs.
 from __future__ import annotations
 
 import argparse
+import textwrap
 
 from planopt.cli.args import load_profile_arg, positive_int
 from planopt.cli.common import EXIT_OK, AddCommand, dump
 from planopt.cli.factory import check_device, load_model
 
+MODEL_HELP = (
+    "--model names a factory as MODULE:ATTR (importable here), called with --model-args "
+    "(a JSON object of keyword arguments). It returns (chain, (inputs, targets), loss_fn) "
+    "or an object with chain, loss_fn and batch() (a planopt.runtime.ReferenceModel). "
+    "PROFILE must be the planopt.profile/2 measured on that model with that batch, dtype "
+    "and device (planopt.runtime.profile, or profile-model): the run checks every layer's "
+    "products against it."
+)
+EXAMPLE = (
+    "  planopt run-check gpt.profile.json gpt.plan.json \\\n"
+    "    --model planopt.runtime.models:reference_model \\\n"
+    '    --model-args \'{"name": "gpt", "size": "tiny"}\''
+)
+
 
 def register(command: AddCommand) -> None:
     p = command(
         "run-check",
-        "run one step of your model under a plan (needs torch) and print predicted "
-        "against measured peak memory and time per phase",
+        "run training steps of your model under a plan (--iterations, 3 by default; needs "
+        "torch) and print predicted against measured peak memory and time per phase",
         run,
     )
+    model_help = textwrap.fill(MODEL_HELP, 78, break_on_hyphens=False)
+    p.epilog = f"{model_help}\n\nfor example:\n{EXAMPLE}\n\n{p.epilog}"
     p.add_argument("profile", metavar="PROFILE", help="the plan's profile (planopt.profile/2)")
     p.add_argument("plan", metavar="PLAN", help="plan JSON file (planopt.plan/1)")
     p.add_argument(
         "--model",
         metavar="MODULE:FACTORY",
         required=True,
-        help="factory of the model the profile was measured on (see below)",
+        help="factory of the model the profile was measured on (see --model below)",
     )
     p.add_argument(
         "--model-args",

@@ -41,6 +41,10 @@ class CatalogueModel:
     build: Callable[[int | None], Chain]  # seq -> chain
     loss_fn: LossFn
     needs: str = "torch"
+    # The published configuration's positions (GPT-2's n_positions, the others'
+    # max_position_embeddings): the longest sequence the model is, so a longer
+    # one is refused rather than built on a grown configuration. None: images.
+    positions: int | None = None
 
 
 @dataclass(frozen=True)
@@ -65,11 +69,16 @@ def _vgg16(_seq: int | None) -> Chain:
     return vgg16_chain(VGG16())
 
 
+GPT2_POSITIONS = 1024  # n_positions of GPT-2 (124M) and GPT-2 medium (355M)
+BERT_POSITIONS = 512  # max_position_embeddings of BERT-base
+LLAMA_32_POSITIONS = 131072  # max_position_embeddings of Llama 3.2 1B
+
+
 def _gpt2(d: int, heads: int, layers: int) -> Callable[[int | None], Chain]:
     def build(seq: int | None) -> Chain:
         from planopt.runtime.hf import gpt2_chain
 
-        return gpt2_chain(50257, d, heads, layers, seq, positions=max(1024, seq))
+        return gpt2_chain(50257, d, heads, layers, seq, positions=GPT2_POSITIONS)
 
     return build
 
@@ -77,13 +86,15 @@ def _gpt2(d: int, heads: int, layers: int) -> Callable[[int | None], Chain]:
 def _llama1b(seq: int | None) -> Chain:
     from planopt.runtime.hf import llama_chain
 
-    return llama_chain(128256, 2048, 32, 8, 16, seq, intermediate=8192, tie=True)
+    return llama_chain(
+        128256, 2048, 32, 8, 16, seq, intermediate=8192, tie=True, positions=LLAMA_32_POSITIONS
+    )
 
 
 def _bert_base(seq: int | None) -> Chain:
     from planopt.runtime.hf import bert_chain
 
-    return bert_chain(30522, 768, 12, 12, seq)
+    return bert_chain(30522, 768, 12, 12, seq, positions=BERT_POSITIONS)
 
 
 def _mlm_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -110,7 +121,14 @@ MODELS: dict[str, CatalogueModel] = {
             classification_loss,
         ),
         CatalogueModel(
-            "hf:gpt2", "GPT-2 124M (transformers)", 8, 1024, _gpt2(768, 12, 12), lm_loss, "hf"
+            "hf:gpt2",
+            "GPT-2 124M (transformers)",
+            8,
+            1024,
+            _gpt2(768, 12, 12),
+            lm_loss,
+            "hf",
+            GPT2_POSITIONS,
         ),
         CatalogueModel(
             "hf:gpt2-medium",
@@ -120,6 +138,7 @@ MODELS: dict[str, CatalogueModel] = {
             _gpt2(1024, 16, 24),
             lm_loss,
             "hf",
+            GPT2_POSITIONS,
         ),
         CatalogueModel(
             "hf:llama-1b",
@@ -129,6 +148,7 @@ MODELS: dict[str, CatalogueModel] = {
             _llama1b,
             lm_loss,
             "hf",
+            LLAMA_32_POSITIONS,
         ),
         CatalogueModel(
             "hf:bert-base",
@@ -138,6 +158,7 @@ MODELS: dict[str, CatalogueModel] = {
             _bert_base,
             _mlm_loss,
             "hf",
+            BERT_POSITIONS,
         ),
     )
 }
@@ -145,6 +166,10 @@ MODELS: dict[str, CatalogueModel] = {
 
 class UnknownModelError(PlanoptError, ValueError):
     """A model name that is not in the catalogue."""
+
+
+class SequenceLengthError(PlanoptError, ValueError):
+    """A sequence longer than the model's configuration has positions for."""
 
 
 def catalogue_model(name: str) -> CatalogueModel:
@@ -166,6 +191,11 @@ def build_fake(name: str, batch: int | None = None, seq: int | None = None) -> B
     model = catalogue_model(name)
     b = model.batch if batch is None else batch
     s = model.seq if seq is None or model.seq is None else seq
+    if s is not None and model.positions is not None and s > model.positions:
+        raise SequenceLengthError(
+            f"seq must be at most {model.positions} for {name} (the positions of its "
+            f"published configuration; a longer sequence would need another model), got {s}"
+        )
     mode = FakeTensorMode()
     with mode, torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)

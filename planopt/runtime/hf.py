@@ -132,6 +132,7 @@ def llama_chain(
     seq: int,
     intermediate: int | None = None,
     tie: bool = False,
+    positions: int | None = None,
 ) -> Chain:
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -142,7 +143,7 @@ def llama_chain(
         num_attention_heads=heads,
         num_key_value_heads=kv_heads,
         num_hidden_layers=layers,
-        max_position_embeddings=seq,
+        max_position_embeddings=positions or seq,
         bos_token_id=None,
         eos_token_id=None,
         pad_token_id=None,
@@ -193,7 +194,9 @@ class _BertEmbed(nn.Module):
         return self.embeddings(input_ids=ids)
 
 
-def bert_chain(vocab: int, d: int, heads: int, layers: int, seq: int) -> Chain:
+def bert_chain(
+    vocab: int, d: int, heads: int, layers: int, seq: int, positions: int | None = None
+) -> Chain:
     """BERT masked LM: embeddings, one layer per encoder layer, the MLM head (tied decoder)."""
     from transformers import BertConfig, BertForMaskedLM
 
@@ -203,7 +206,7 @@ def bert_chain(vocab: int, d: int, heads: int, layers: int, seq: int) -> Chain:
         num_attention_heads=heads,
         num_hidden_layers=layers,
         intermediate_size=4 * d,
-        max_position_embeddings=max(512, seq),
+        max_position_embeddings=positions or max(512, seq),
     )
     config._attn_implementation = "sdpa"
     model = BertForMaskedLM(config)

@@ -7,7 +7,9 @@
   (the copy-back queue), `backward` (and the recompute blocks), `memory`,
   `cuts` (implied rows);
 * `relaxation`: a small MIP over the actions alone whose optimum is a
-  proven lower bound (nets of any size).
+  proven lower bound (nets of any size); its rows' numbers come from
+  `relaxation_coefficients`, read by both builders (`relaxation`, the PuLP
+  reference, on top of `relaxation_highs`, the same rows in HiGHS).
 
 NOTE (units: the one policy, used by the plan model, its linear
 translation and the relaxation; `units` is the only code that converts):

@@ -44,138 +44,19 @@ the same on any machine.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from fractions import Fraction
 
 import pulp
 
 from planopt.profile import Profile
 from planopt.work import WorkMeter
 from solvers.backends.highs import solve_with_highs
-from solvers.model.units import horizon_seconds, linear_memory, time_scale
+from solvers.model.relaxation_coefficients import coefficients, window_starts
+from solvers.model.relaxation_highs import highs_bound
+from solvers.model.units import horizon_seconds
 
 # Building the program in PuLP costs about this many work units per layer
 # (about 3 ms a layer on GPT-48/96, measured), whatever the solve's limit.
 BUILD_UNITS_PER_LAYER = 3e-3
-
-
-@dataclass(frozen=True)
-class Coefficients:
-    """Every number of the relaxation's rows for one net, computed once.
-
-    Time in linear units, memory in units of the largest saved tensor. The
-    budget enters only through `capacity` (the memory rows' right-hand
-    sides), so one model serves every budget of a net. Both builders (PuLP,
-    the reference; HiGHS directly, `relaxation_highs`) read these numbers.
-    """
-
-    n: int
-    t_ideal: float  # linear units: the makespan's lower bound
-    f: tuple[float, ...]
-    b: tuple[float, ...]
-    s: tuple[float, ...]  # bytes a kept layer holds, a swapped one copies
-    out: tuple[float, ...]
-    internals: tuple[float, ...]
-    d_out: tuple[float, ...]
-    d_in: tuple[float, ...]
-    fwd_fixed: tuple[float, ...]  # inside F_i: its internals, output and scratch
-    backward_fixed: tuple[float, ...]
-    has_fwd: tuple[bool, ...]
-    has_bwd: tuple[bool, ...]
-    counts_input_once: tuple[bool, ...]  # B_i reads x_i, which the row counts once
-    f_end: tuple[float, ...]
-    b_upto: tuple[float, ...]
-    out_rate: float  # memory units D2H moves per linear time unit
-    in_rate: float
-    memory_unit: float
-    static_bytes: int
-    seconds_per_unit: float
-
-    @property
-    def forward_total(self) -> float:
-        return self.f_end[-1]
-
-    def capacity(self, budget: float) -> float:
-        """What `budget` leaves for tensors, in memory units."""
-        return (budget - self.static_bytes) / self.memory_unit
-
-    def seconds(self, value: float) -> float:
-        return value * self.seconds_per_unit
-
-
-def exact_prefix_sums(values: list[float]) -> tuple[float, ...]:
-    """Each prefix's sum correctly rounded (what `math.fsum` of the prefix gives), in O(n).
-
-    Floats are dyadic rationals, so a `Fraction` accumulator is exact; a
-    prefix `fsum` per layer was quadratic (10^4 layers: seconds before the
-    solver starts).
-    """
-    total = Fraction(0)
-    sums = []
-    for value in values:
-        total += Fraction(value)
-        sums.append(float(total))
-    return tuple(sums)
-
-
-def coefficients(profile: Profile) -> Coefficients:
-    """The relaxation's numbers for `profile` (see the module doc for the rows)."""
-    layers = profile.layers
-    n = len(layers)
-    dev = profile.device
-    # Version 2: a layer's products that every plan's backward reads (its
-    # internals, its output when B_i or B_{i+1} reads it) are what keeping it
-    # holds and what swapping it copies at least (`copied`); a recompute block
-    # above may add its output, which only makes real plans use more.
-    saves_in = [x.saves_input for x in layers] + [False]
-    read = [x.saves_output or saves_in[i + 1] for i, x in enumerate(layers)]
-    copied = [x.saved_bytes + (x.out_bytes if read[i] else 0) for i, x in enumerate(layers)]
-    times = time_scale(profile)
-    t_unit = times.from_linear(1.0)  # seconds per linear unit
-    memory = linear_memory(profile)
-    m_unit = memory.unit
-    f = [times.linear(layer.fwd) for layer in layers]
-    b = [times.linear(layer.bwd) for layer in layers]
-    # What B_t needs besides kept products below: what it reads, the gradients
-    # g_t and g_{t+1}, every parameter gradient allocated so far, its scratch.
-    backward_fixed = []
-    param_grads = 0
-    for t in range(n - 1, -1, -1):
-        x = layers[t]
-        param_grads += x.param_grad_bytes
-        reads = x.saved_bytes + (x.out_bytes if x.saves_output else 0)
-        reads += layers[t - 1].out_bytes if t > 0 and x.saves_input else 0
-        grads = x.input_grad_bytes + (layers[t + 1].input_grad_bytes if t + 1 < n else 0)
-        backward_fixed.append(memory.units(reads + grads + param_grads + x.bwd_work_bytes))
-    backward_fixed.reverse()
-    return Coefficients(
-        n=n,
-        t_ideal=times.linear(profile.t_ideal),
-        f=tuple(f),
-        b=tuple(b),
-        s=tuple(memory.units(c) for c in copied),
-        out=tuple(memory.units(x.out_bytes) for x in layers),
-        internals=tuple(memory.units(x.saved_bytes) for x in layers),
-        d_out=tuple(times.linear(dev.d2h_seconds(c)) for c in copied),
-        d_in=tuple(times.linear(dev.h2d_seconds(c)) for c in copied),
-        fwd_fixed=tuple(
-            memory.units(x.saved_bytes) + memory.units(x.out_bytes) + memory.units(x.fwd_work_bytes)
-            for x in layers
-        ),
-        backward_fixed=tuple(backward_fixed),
-        has_fwd=tuple(x.fwd > 0 for x in layers),
-        has_bwd=tuple(x.bwd > 0 for x in layers),
-        counts_input_once=tuple(
-            i > 0 and x.saves_input and read[i - 1] for i, x in enumerate(layers)
-        ),
-        f_end=exact_prefix_sums(f),
-        b_upto=exact_prefix_sums(b),
-        out_rate=dev.d2h_bandwidth * t_unit / m_unit,
-        in_rate=dev.h2d_bandwidth * t_unit / m_unit,
-        memory_unit=m_unit,
-        static_bytes=profile.static_bytes,
-        seconds_per_unit=t_unit,
-    )
 
 
 def relaxation_bound(
@@ -195,8 +76,6 @@ def relaxation_bound(
     LP. `threads` is accepted for the reference's signature; the bound runs
     on one thread.
     """
-    from solvers.model.relaxation_highs import highs_bound
-
     bound, _ = highs_bound(
         profile, budget, time_limit=time_limit, work_limit=work_limit, mip=not relax, meter=meter
     )
@@ -332,38 +211,13 @@ def pulp_relaxation_bound(
     return max(profile.t_ideal, c.seconds(bound) * (1 - 1e-7))
 
 
-def _window_starts(top: int, n: int) -> list[int]:
-    """The `k` of the windows `k .. top-1` a memory row looks at.
-
-    Any subset of windows gives a valid bound; all of them would make the
-    program cubic. The window from layer 0 carries most of the strength (on
-    the bundled GPT decoders it alone gives the whole gain); on nets up to
-    `_FULL_WINDOWS_UP_TO` layers the nearest `_NEAR` and every power of two
-    further down add a little (median bound-to-optimum gap 0.68% -> 0.61% on
-    the suite's small instances). Beyond that the extra rows made the LP 4x
-    slower for nothing measurable.
-    """
-    if n > _FULL_WINDOWS_UP_TO:
-        return sorted({0, *range(max(0, top - 2), top)})
-    ks = {0, *range(max(0, top - _NEAR), top)}
-    step = _NEAR * 2
-    while top - step > 0:
-        ks.add(top - step)
-        step *= 2
-    return sorted(k for k in ks if k < top)
-
-
-_NEAR = 8
-_FULL_WINDOWS_UP_TO = 256
-
-
 def _still_held(prob, name: str, swapped_below, top: int, rate: float, gap) -> object:
     """A variable at most the swapped bytes of layers below `top` still on the device,
     given that the copy engine moves `rate` per time unit over `gap(k)`."""
     if top <= 0 or not math.isfinite(rate):
         return 0
     held = pulp.LpVariable(name, lowBound=0)
-    for k in _window_starts(top, len(swapped_below) - 1):
+    for k in window_starts(top, len(swapped_below) - 1):
         prob += held >= swapped_below[top] - swapped_below[k] - rate * gap(k)
     return held
 

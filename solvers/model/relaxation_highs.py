@@ -1,4 +1,4 @@
-"""The relaxation (`solvers.model.relaxation`) built in HiGHS directly and re-solved warm.
+"""The relaxation (`solvers.model.relaxation`'s rows) built in HiGHS directly and re-solved warm.
 
 NOTE (where the bound's time went): on a 48-block decoder cut per operator
 (628 layers) the PuLP build took 0.55 s and HiGHS 0.45 s per budget, and
@@ -38,7 +38,7 @@ from planopt.certificate import LP, MIP, T_IDEAL, Certificate
 from planopt.profile import Profile
 from planopt.work import WorkMeter
 from solvers.backends.highs import WorkCounter, fresh_thread_pool
-from solvers.model.relaxation import Coefficients, _window_starts, coefficients
+from solvers.model.relaxation_coefficients import Coefficients, coefficients, window_starts
 from solvers.model.units import horizon_seconds
 
 # Building the rows and handing them to HiGHS (measured: about 40k rows a
@@ -167,7 +167,7 @@ def build_model(c: Coefficients, deadline: float | None = None) -> Model:
         if top <= 0 or not math.isfinite(rate):
             return {}
         var = new_col()
-        for k in _window_starts(top, n):
+        for k in window_starts(top, n):
             const, terms = gap_terms(k)
             row = {var: 1.0, S + top: -1.0}
             row[S + k] = row.get(S + k, 0.0) + 1.0
