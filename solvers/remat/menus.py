@@ -153,6 +153,62 @@ class MenuChain:
             held = r_k
         return cost, held, growing
 
+    def row(self, k: int, a: int):
+        """`(t, b, cost, held, growing)` for every top `t >= k` and choice `b` of layer
+        `t+1`: `segment`'s numbers, each in O(1) from running maxima along `t`."""
+        n, o, s, so, p, si, tf, tb = (
+            self.n,
+            self.o,
+            self.s,
+            self.so,
+            self.p,
+            self.si,
+            self.tf,
+            self.tb,
+        )
+        for b in range(len(self.choices[k + 1])) if k + 1 < n else (0,):
+            yield (k, b, *self.segment(k, a, k, b))
+        if k + 1 >= n:
+            return
+        h = self.choices[k][a][1] if k >= 0 else 0
+        base = h + o[k] if k >= 0 else 0
+        r_k = h + (o[k] if so[k] or si[k + 1] else 0) if k >= 0 else 0
+        first = base + p[k + 1] if tf[k + 1] else NEG  # F_{k+1}, and F'_{k+1} without U
+        fmax, qmax, bmax, hold = first, NEG, NEG, r_k
+        for t in range(k + 1, n):
+            # F_{t} joined the forwards at t-1; F'_t and B_t join the block and the run now.
+            if t >= k + 2:
+                if tf[t]:
+                    qmax = max(qmax, hold + s[t - 1] + o[t - 1] + p[t])
+                hold += s[t - 1] + (o[t - 1] if so[t - 1] or si[t] else 0)
+            if tb[t]:
+                bmax = max(bmax, hold + self.bl[t])
+            top = t + 1 < n
+            if top and tf[t + 1]:
+                fmax = max(fmax, base + o[t] + p[t + 1])
+            growing = max(fmax, bmax)
+            for b in range(len(self.choices[t + 1])) if top else (0,):
+                nb = self.choices[t + 1][b] if top else None
+                reads_next = top and self.reads(t + 1, b)
+                if reads_next:
+                    above = (
+                        self.g[t + 2] + self.pg_from[t + 2] + nb[1] + (o[t + 1] if so[t + 1] else 0)
+                    )
+                else:
+                    above = self.g[t + 1] + self.pg_from[t + 1]
+                cost = growing
+                if first > NEG:
+                    cost = max(cost, first + above)
+                if qmax > NEG:
+                    cost = max(cost, qmax + above)
+                if top:
+                    if reads_next:
+                        step = hold + s[t] + (o[t] if so[t] or reads_next else 0)
+                    else:
+                        step = base
+                    cost = max(cost, self._top_step(t + 1, nb, step))
+                yield t, b, cost, base, growing
+
     def _top_step(self, j: int, choice: tuple, hold: int) -> int:
         """The cost of step `j` (its `R_j` for an option, then `B_j`) above `hold` bytes."""
         cost = hold + self.bl[j] if self.tb[j] else NEG
@@ -197,12 +253,13 @@ def solve_menus(
     incumbent: tuple[float, tuple[str, ...]] | None = None,
     charge: Callable[[float], None] = lambda units: None,
     expired: Callable[[], bool] = lambda: False,
-) -> tuple[MenuPlan | None, bool]:
+) -> MenuResult:
     """The fastest keep/option/recompute plan whose peak is within `static + room`.
 
-    Returns `(plan, proven)`: `(None, True)` when no plan fits, `(None, False)`
-    when the limit came first. Labels `(H, seconds, back-pointer)` per node
-    `(k, a)`, Pareto-pruned; nodes in layer order, so a label is final when
+    A `MenuResult`: proven, the optimum (or no plan when none fits); cut short
+    by the limit, the best plan known (the incumbent, or a completed label)
+    with a lower bound on the optimum's makespan. Labels `(H, seconds,
+    back-pointer)` per node `(k, a)`, Pareto-pruned; nodes in layer order, so a label is final when
     its node is expanded. Two proven prunings: a label whose `H` plus the
     least any completion needs (`need`, a backward pass) exceeds the room, and
     one whose seconds plus a lower bound on the rest (`rest`: the cheapest
@@ -212,13 +269,14 @@ def solve_menus(
     """
     n = chain.n
     if chain.pg_from[0] > room:
-        return None, True
+        return MenuResult(None, True, math.inf)
     order = [(-1, 0)] + [(k, a) for k in range(n) for a in range(len(chain.choices[k]))]
-    edges, evaluated = _edges(chain, order, room)
+    edges, evaluated = _edges(chain, order, room, expired)
     charge(evaluated * 1e-6)
-    if expired():
-        return None, False
+    if edges is None:
+        return _stopped(chain, None, incumbent, 0.0)
     need, rest = _lookahead(chain, order, edges)
+    lower = rest[(-1, 0)]
     best_seconds = math.inf if incumbent is None else incumbent[0]
     slack = 1e-9 * (1.0 + abs(best_seconds)) if best_seconds < math.inf else 0.0
     # labels[(k, a)] = list of (H, seconds, parent label, (k, a), t)
@@ -230,7 +288,7 @@ def solve_menus(
         if not here:
             continue
         if expired():
-            return None, False
+            return _stopped(chain, best, incumbent, lower)
         for t, b, cost, held, extra in edges[node]:
             nxt = (t + 1, b)
             ahead = need.get(nxt, NEG)
@@ -252,42 +310,57 @@ def solve_menus(
                     if s_new < best_seconds:
                         best_seconds = s_new
                         slack = 1e-9 * (1.0 + abs(best_seconds))
-    if best is None or (incumbent is not None and best[1] >= incumbent[0]):
-        if incumbent is None:
-            return None, True
-        actions = incumbent[1]
-        options = (None,) * n
-        return MenuPlan(
-            actions,
-            options,
-            chain.profile.t_ideal + incumbent[0],
-            chain.peak(actions, options),
-        ), True
-    return _plan(chain, best), True
+    found = _better(chain, best, incumbent)
+    return MenuResult(found, True, math.inf if found is None else found.makespan)
 
 
-def _edges(chain: MenuChain, order, room: int):
-    """Every segment that fits an empty `H` from each node: (t, b, cost, held, seconds)."""
+@dataclass(frozen=True)
+class MenuResult:
+    """The search's answer: a plan (or None), whether it is proven optimal (or that none
+    fits), and a lower bound on the optimum's makespan (`T_ideal` + seconds)."""
+
+    plan: MenuPlan | None
+    proven: bool
+    lower: float
+
+
+def _better(chain: MenuChain, best: tuple | None, incumbent) -> MenuPlan | None:
+    """The faster of the best completed label and the incumbent (None if neither)."""
+    if best is not None and (incumbent is None or best[1] < incumbent[0]):
+        return _plan(chain, best)
+    if incumbent is None:
+        return None
+    actions, options = incumbent[1], (None,) * chain.n
+    makespan = chain.profile.t_ideal + incumbent[0]
+    return MenuPlan(actions, options, makespan, chain.peak(actions, options))
+
+
+def _stopped(chain: MenuChain, best: tuple | None, incumbent, lower: float) -> MenuResult:
+    return MenuResult(_better(chain, best, incumbent), False, chain.profile.t_ideal + lower)
+
+
+def _edges(chain: MenuChain, order, room: int, expired: Callable[[], bool]):
+    """Every segment that fits an empty `H` from each node: (t, b, cost, held, seconds);
+    None when the limit came first."""
     n = chain.n
     edges: dict[tuple[int, int], list[tuple]] = {}
     evaluated = 0
     for node in order:
+        if expired():
+            return None, evaluated
         k, a = node
         out = []
         recompute = 0.0
-        for t in range(k, n):
-            if t > k:
+        last_t = k
+        for t, b, cost, held, grown in chain.row(k, a):
+            if t != last_t:
                 recompute += chain.fwd[t]
-            tops = range(len(chain.choices[t + 1])) if t + 1 < n else (0,)
-            grown = NEG
-            for b in tops:
-                cost, held, grown = chain.segment(k, a, t, b)
-                evaluated += t - k + 2
-                if cost > room:
-                    continue
+                last_t = t
+            evaluated += 1
+            if cost <= room:
                 extra = recompute + (chain.choices[t + 1][b][2] if t + 1 < n else 0.0)
                 out.append((t, b, cost, held, extra))
-            if grown > room:
+            if grown > room and t > k:
                 break  # every longer run from (k, a) holds these terms too
         edges[node] = out
     return edges, evaluated
