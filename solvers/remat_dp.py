@@ -32,7 +32,8 @@ from planopt.result import SolverOutput, Status
 from solvers.remat.certify import Certificate, certify
 from solvers.remat.chain import ChainModel
 from solvers.remat.floor import budget_floor
-from solvers.remat.menus import MenuChain, solve_menus
+from solvers.remat.menu_search import solve_menus
+from solvers.remat.menus import MenuChain
 from solvers.remat.minpeak import min_peak
 from solvers.remat.optimum import solve_room
 from solvers.remat.pychain import PyChain
@@ -117,16 +118,17 @@ def _solve_menus(problem: Problem) -> SolverOutput:
     bare = profile.replace_layers([dataclasses.replace(x, options=()) for x in profile.layers])
     whole, _ = solve_certified(dataclasses.replace(problem, profile=bare, base_scorer=None))
     incumbent = None
-    if whole.plan is not None and whole.status is Status.OPTIMAL:
+    if whole.plan is not None:  # optimal, or the best when the limit came: a start either way
         seconds = math.fsum(
             x.fwd for x, a in zip(bare.layers, whole.plan.actions, strict=True) if a == "recompute"
         )
         incumbent = (seconds, tuple(a.value for a in whole.plan.actions))
-    found, proven = solve_menus(
+    result = solve_menus(
         chain, room, incumbent=incumbent, charge=problem.meter.charge, expired=problem.expired
     )
+    found = result.plan
     if found is None:
-        if not proven:
+        if not result.proven:
             return SolverOutput(
                 None,
                 Status.TIMEOUT,
@@ -143,6 +145,17 @@ def _solve_menus(problem: Problem) -> SolverOutput:
         )
     plan = Plan.build(list(found.actions), profile=profile, options=list(found.options))
     partial = sum(1 for o in found.options if o is not None)
+    if not result.proven:
+        return SolverOutput(
+            plan,
+            Status.FEASIBLE,
+            result.lower,
+            message=(
+                f"remat-dp: best plan over menus when the limit came ({partial} layer(s) "
+                f"with an option; the whole-layer optimum is the start)"
+            ),
+            stopped=True,
+        )
     return SolverOutput(
         plan,
         Status.OPTIMAL,

@@ -20,7 +20,8 @@ from strategies import v3_profiles
 import planopt
 from planopt import Plan
 from planopt.result import Status
-from solvers.remat.menus import MenuChain, solve_menus
+from solvers.remat.menu_search import solve_menus
+from solvers.remat.menus import MenuChain
 
 EXAMPLES = settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
 
@@ -51,8 +52,9 @@ def test_the_optimum_over_menus_is_the_enumerated_one(profile, pick):
     space = _space(profile)
     budget = _budget(space, pick)
     best = min((m for m, p, _ in space if p <= budget), default=None)
-    found, proven = solve_menus(MenuChain(profile), budget - profile.static_bytes)
-    assert proven
+    result = solve_menus(MenuChain(profile), budget - profile.static_bytes)
+    found = result.plan
+    assert result.proven
     if best is None:
         assert found is None
         return
@@ -129,3 +131,42 @@ def test_a_menu_lowers_the_cost_of_a_tight_budget():
     assert with_menu.status is Status.OPTIMAL and without.status is Status.OPTIMAL
     assert with_menu.schedule.makespan < without.schedule.makespan
     assert any(o is not None for o in with_menu.plan.options)
+
+
+@EXAMPLES
+@given(v3_profiles(1, 7))
+def test_the_running_rows_are_the_segment_costs(profile):
+    chain = MenuChain(profile)
+    for k in range(-1, chain.n):
+        for a in range(len(chain.choices[k])) if k >= 0 else (0,):
+            for t, b, cost, held, growing in chain.row(k, a):
+                assert (cost, held, growing) == chain.segment(k, a, t, b), (k, a, t, b)
+
+
+def test_cut_short_it_returns_the_whole_layer_start_with_a_valid_bound():
+    """Anytime: a work limit that stops the label search still returns a plan that fits
+    (the whole-layer optimum it starts from), never worse than it, with a bound below it."""
+    mib = 1 << 20
+    layers = tuple(
+        planopt.Layer(
+            f"block{i}", 0.001, 0.002, 10 * mib, saved_bytes=100 * mib, saves_input=True,
+            input_grad_bytes=10 * mib if i else 0,
+            options=tuple(
+                planopt.LayerOption(f"k{q}", q * 25 * mib, 2e-4 * (4 - q), (q,)) for q in (1, 2, 3)
+            ),
+        )
+        for i in range(40)
+    )  # fmt: skip
+    profile = planopt.Profile("blocks", planopt.Device("d", 1e10, 1e10), 0, layers)
+    whole = profile.replace_layers([dataclasses.replace(x, options=()) for x in layers])
+    budget = planopt.budget_from_fraction(whole, 0.7)
+    start = planopt.solve(whole, budget, "remat-dp")
+    cut = planopt.solve(profile, budget, "remat-dp", work_limit=0.005)
+    full = planopt.solve(profile, budget, "remat-dp")
+    assert full.status is Status.OPTIMAL
+    assert start.work_used < 0.005 < full.work_used  # the limit falls inside the label search
+    assert cut.status is Status.FEASIBLE
+    assert cut.schedule.peak_bytes <= budget
+    assert cut.schedule.makespan <= start.schedule.makespan * (1 + 1e-12)
+    assert cut.lower_bound <= full.schedule.makespan * (1 + 1e-12)
+    assert full.schedule.makespan <= cut.schedule.makespan * (1 + 1e-12)

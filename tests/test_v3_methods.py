@@ -133,3 +133,14 @@ def test_brute_force_over_menus_bounds_every_method_that_plans_over_them(profile
         if other.plan is not None:
             assert oracle.plan is not None
             assert oracle.schedule.makespan <= other.schedule.makespan * (1 + 1e-12)
+
+
+def test_show_names_a_layers_option(tmp_path, capsys):
+    from planopt import cli
+
+    profile = _profile()
+    planopt.save_profile(profile, tmp_path / "p.json")
+    plan = Plan.build(["keep", "swap", "keep"], profile=profile, options=[None, "half", None])
+    planopt.save_plan(plan, tmp_path / "plan.json")
+    assert cli.main(["show", str(tmp_path / "p.json"), str(tmp_path / "plan.json")]) == 0
+    assert "swap [half] (back at B2)" in capsys.readouterr().out

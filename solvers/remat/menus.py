@@ -39,8 +39,6 @@ peak against `planopt.simulate`.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from planopt.profile import Profile
@@ -153,6 +151,62 @@ class MenuChain:
             held = r_k
         return cost, held, growing
 
+    def row(self, k: int, a: int):
+        """`(t, b, cost, held, growing)` for every top `t >= k` and choice `b` of layer
+        `t+1`: `segment`'s numbers, each in O(1) from running maxima along `t`."""
+        n, o, s, so, p, si, tf, tb = (
+            self.n,
+            self.o,
+            self.s,
+            self.so,
+            self.p,
+            self.si,
+            self.tf,
+            self.tb,
+        )
+        for b in range(len(self.choices[k + 1])) if k + 1 < n else (0,):
+            yield (k, b, *self.segment(k, a, k, b))
+        if k + 1 >= n:
+            return
+        h = self.choices[k][a][1] if k >= 0 else 0
+        base = h + o[k] if k >= 0 else 0
+        r_k = h + (o[k] if so[k] or si[k + 1] else 0) if k >= 0 else 0
+        first = base + p[k + 1] if tf[k + 1] else NEG  # F_{k+1}, and F'_{k+1} without U
+        fmax, qmax, bmax, hold = first, NEG, NEG, r_k
+        for t in range(k + 1, n):
+            # F_{t} joined the forwards at t-1; F'_t and B_t join the block and the run now.
+            if t >= k + 2:
+                if tf[t]:
+                    qmax = max(qmax, hold + s[t - 1] + o[t - 1] + p[t])
+                hold += s[t - 1] + (o[t - 1] if so[t - 1] or si[t] else 0)
+            if tb[t]:
+                bmax = max(bmax, hold + self.bl[t])
+            top = t + 1 < n
+            if top and tf[t + 1]:
+                fmax = max(fmax, base + o[t] + p[t + 1])
+            growing = max(fmax, bmax)
+            for b in range(len(self.choices[t + 1])) if top else (0,):
+                nb = self.choices[t + 1][b] if top else None
+                reads_next = top and self.reads(t + 1, b)
+                if reads_next:
+                    above = (
+                        self.g[t + 2] + self.pg_from[t + 2] + nb[1] + (o[t + 1] if so[t + 1] else 0)
+                    )
+                else:
+                    above = self.g[t + 1] + self.pg_from[t + 1]
+                cost = growing
+                if first > NEG:
+                    cost = max(cost, first + above)
+                if qmax > NEG:
+                    cost = max(cost, qmax + above)
+                if top:
+                    if reads_next:
+                        step = hold + s[t] + (o[t] if so[t] or reads_next else 0)
+                    else:
+                        step = base
+                    cost = max(cost, self._top_step(t + 1, nb, step))
+                yield t, b, cost, base, growing
+
     def _top_step(self, j: int, choice: tuple, hold: int) -> int:
         """The cost of step `j` (its `R_j` for an option, then `B_j`) above `hold` bytes."""
         cost = hold + self.bl[j] if self.tb[j] else NEG
@@ -188,163 +242,3 @@ class MenuChain:
             if choice[0] == name:
                 return b
         raise KeyError(name)
-
-
-def solve_menus(
-    chain: MenuChain,
-    room: int,
-    *,
-    incumbent: tuple[float, tuple[str, ...]] | None = None,
-    charge: Callable[[float], None] = lambda units: None,
-    expired: Callable[[], bool] = lambda: False,
-) -> tuple[MenuPlan | None, bool]:
-    """The fastest keep/option/recompute plan whose peak is within `static + room`.
-
-    Returns `(plan, proven)`: `(None, True)` when no plan fits, `(None, False)`
-    when the limit came first. Labels `(H, seconds, back-pointer)` per node
-    `(k, a)`, Pareto-pruned; nodes in layer order, so a label is final when
-    its node is expanded. Two proven prunings: a label whose `H` plus the
-    least any completion needs (`need`, a backward pass) exceeds the room, and
-    one whose seconds plus a lower bound on the rest (`rest`: the cheapest
-    completion with `H` ignored) exceed the incumbent's (`incumbent`: seconds
-    beyond `T_ideal` and actions of a known fitting plan without options, or
-    the best completed label). Work: one unit per 10^6 segment-cost terms.
-    """
-    n = chain.n
-    if chain.pg_from[0] > room:
-        return None, True
-    order = [(-1, 0)] + [(k, a) for k in range(n) for a in range(len(chain.choices[k]))]
-    edges, evaluated = _edges(chain, order, room)
-    charge(evaluated * 1e-6)
-    if expired():
-        return None, False
-    need, rest = _lookahead(chain, order, edges)
-    best_seconds = math.inf if incumbent is None else incumbent[0]
-    slack = 1e-9 * (1.0 + abs(best_seconds)) if best_seconds < math.inf else 0.0
-    # labels[(k, a)] = list of (H, seconds, parent label, (k, a), t)
-    start = (0, 0.0, None, (-1, 0), -1)
-    labels: dict[tuple[int, int], list[tuple]] = {(-1, 0): [start]}
-    best: tuple | None = None
-    for node in order:
-        here = _pareto(labels.pop(node, []))
-        if not here:
-            continue
-        if expired():
-            return None, False
-        for t, b, cost, held, extra in edges[node]:
-            nxt = (t + 1, b)
-            ahead = need.get(nxt, NEG)
-            after = rest.get(nxt, 0.0)
-            for label in here:
-                if cost > NEG and label[0] + cost > room:
-                    break  # labels are by H ascending: none after fits either
-                h_new = label[0] + held
-                s_new = label[1] + extra
-                if ahead > NEG and h_new + ahead > room:
-                    continue
-                if s_new + after > best_seconds + slack:
-                    continue
-                new = (h_new, s_new, label, nxt, t)
-                if t + 1 < n:
-                    labels.setdefault(nxt, []).append(new)
-                elif best is None or (s_new, h_new) < (best[1], best[0]):
-                    best = new
-                    if s_new < best_seconds:
-                        best_seconds = s_new
-                        slack = 1e-9 * (1.0 + abs(best_seconds))
-    if best is None or (incumbent is not None and best[1] >= incumbent[0]):
-        if incumbent is None:
-            return None, True
-        actions = incumbent[1]
-        options = (None,) * n
-        return MenuPlan(
-            actions,
-            options,
-            chain.profile.t_ideal + incumbent[0],
-            chain.peak(actions, options),
-        ), True
-    return _plan(chain, best), True
-
-
-def _edges(chain: MenuChain, order, room: int):
-    """Every segment that fits an empty `H` from each node: (t, b, cost, held, seconds)."""
-    n = chain.n
-    edges: dict[tuple[int, int], list[tuple]] = {}
-    evaluated = 0
-    for node in order:
-        k, a = node
-        out = []
-        recompute = 0.0
-        for t in range(k, n):
-            if t > k:
-                recompute += chain.fwd[t]
-            tops = range(len(chain.choices[t + 1])) if t + 1 < n else (0,)
-            grown = NEG
-            for b in tops:
-                cost, held, grown = chain.segment(k, a, t, b)
-                evaluated += t - k + 2
-                if cost > room:
-                    continue
-                extra = recompute + (chain.choices[t + 1][b][2] if t + 1 < n else 0.0)
-                out.append((t, b, cost, held, extra))
-            if grown > room:
-                break  # every longer run from (k, a) holds these terms too
-        edges[node] = out
-    return edges, evaluated
-
-
-def _lookahead(chain: MenuChain, order, edges):
-    """Per node: `need`, the least `H`-relative peak any completion has (NEG: none has
-    an op), and `rest`, the least seconds any completion adds with `H` ignored."""
-    n = chain.n
-    need: dict[tuple[int, int], int] = {}
-    rest: dict[tuple[int, int], float] = {}
-    for node in reversed(order):
-        best_need, best_rest = None, math.inf
-        for t, b, cost, held, extra in edges[node]:
-            if t + 1 < n:
-                nxt = (t + 1, b)
-                if nxt not in rest or rest[nxt] == math.inf:
-                    continue
-                later = need[nxt]
-                total = max(cost, held + later if later > NEG else NEG)
-                seconds = extra + rest[nxt]
-            else:
-                total, seconds = cost, extra
-            best_need = total if best_need is None else min(best_need, total)
-            best_rest = min(best_rest, seconds)
-        # A node no completion leaves fits nothing: its need is beyond any room.
-        need[node] = DEAD if best_rest == math.inf else (NEG if best_need is None else best_need)
-        rest[node] = best_rest
-    return need, rest
-
-
-def _pareto(labels: list[tuple]) -> list[tuple]:
-    """Labels not dominated in (H, seconds), by H ascending (ties: the first)."""
-    labels.sort(key=lambda lab: (lab[0], lab[1]))
-    out: list[tuple] = []
-    best = math.inf
-    for label in labels:
-        if label[1] < best:
-            out.append(label)
-            best = label[1]
-    return out
-
-
-def _plan(chain: MenuChain, final: tuple) -> MenuPlan:
-    n = chain.n
-    actions = ["recompute"] * n
-    options: list[str | None] = [None] * n
-    label = final
-    seconds = final[1]
-    while label[2] is not None:
-        parent = label[2]
-        k, a = parent[3]
-        if k >= 0:
-            actions[k] = "keep"
-            options[k] = chain.choices[k][a][0]
-        label = parent
-    makespan = chain.profile.t_ideal + seconds
-    return MenuPlan(
-        tuple(actions), tuple(options), makespan, chain.peak(tuple(actions), tuple(options))
-    )
