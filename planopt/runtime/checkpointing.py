@@ -21,11 +21,12 @@ from collections.abc import Iterator
 import torch
 from torch.utils._mode_utils import no_dispatch
 from torch.utils.checkpoint import (
-    CheckpointPolicy,
     _checkpoint_without_reentrant_generator,
     create_selective_checkpoint_contexts,
     noop_context_fn,
 )
+
+from planopt.runtime.sac import SavePositions
 
 
 def checkpoint_region(fn, base: torch.Tensor, context_fn=noop_context_fn):
@@ -73,13 +74,10 @@ def buffers_kept(modules) -> Iterator[None]:
 
 
 def sac_context(policy: tuple[int, ...]):
-    """Selective checkpoint contexts saving exactly the op positions in `policy`."""
-    keep = frozenset(policy)
-    counters = {False: 0, True: 0}
+    """Selective checkpoint contexts saving exactly the op positions in `policy`.
 
-    def policy_fn(ctx, op, *args, **kwargs) -> CheckpointPolicy:
-        position = counters[ctx.is_recompute]
-        counters[ctx.is_recompute] += 1
-        return CheckpointPolicy.MUST_SAVE if position in keep else CheckpointPolicy.PREFER_RECOMPUTE
-
-    return create_selective_checkpoint_contexts(policy_fn)
+    The one policy function is `planopt.runtime.sac.SavePositions` (the
+    chain executor's option regions use it too); torch calls it only in the
+    forward (the replay reads SAC's cache by index), so one counter serves.
+    """
+    return create_selective_checkpoint_contexts(SavePositions(policy))

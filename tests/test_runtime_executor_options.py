@@ -1,0 +1,159 @@
+"""The chain executor runs a kept layer with a partial option (cost model v3).
+
+A layer with an option runs in a non-reentrant `torch.utils.checkpoint`
+region whose selective-checkpoint policy saves exactly the option's operator
+positions (`planopt.runtime.partial`). Evidence from outside the executor:
+gradients and the RNG state compared with plain PyTorch, bitwise; the peak
+measured by the live-storage tracker (`measure`) against `planopt.simulate`
+on the same /3 profile (menus from `profile()`, the default), on the
+reference models and a `transformers` block chain, with gradients kept and
+set to None (there with the signed backward scratch of cost model v3,
+`profile_with_release`, as v2's whole-layer scratch over-predicts by a
+layer's release whatever the plan).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import math
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+import planopt  # noqa: E402
+from planopt import Plan  # noqa: E402
+from planopt.errors import InvalidPlanError  # noqa: E402
+from planopt.plan import KEEP, RECOMPUTE, SWAP  # noqa: E402
+from planopt.runtime import Executor, reference_model  # noqa: E402
+from planopt.runtime.check import check  # noqa: E402
+from planopt.runtime.hf import hf_available, hf_model  # noqa: E402
+from planopt.runtime.measure import measure  # noqa: E402
+from planopt.runtime.profiler import profile_with_release  # noqa: E402
+
+INSTANT = planopt.Device("instant", math.inf, math.inf, 0.0)
+OVER, UNDER = 0.02, 0.005  # the fidelity benchmark's tolerance
+MODELS = [
+    ("gpt", False),
+    ("mlp", False),
+    pytest.param("gpt2", True, marks=pytest.mark.skipif(not hf_available(), reason="hf")),
+    pytest.param("llama", True, marks=pytest.mark.skipif(not hf_available(), reason="hf")),
+]
+
+
+@functools.cache
+def setup(name: str, hf: bool, to_none: bool):
+    ref = hf_model(name, "tiny", seed=4) if hf else reference_model(name, "tiny", seed=4)
+    batch = ref.batch(seed=5)
+    prof, release = profile_with_release(
+        ref.chain, batch, ref.loss_fn, iterations=1, warmup=0, link=INSTANT, grads_to_none=to_none
+    )
+    assert any(layer.options for layer in prof.layers)  # a /3 profile with menus
+    layers = [
+        dataclasses.replace(layer, fwd=1.0, bwd=1.0, bwd_work_bytes=layer.bwd_work_bytes - r)
+        for layer, r in zip(prof.layers, release, strict=True)
+    ]
+    return ref, batch, prof.replace_layers(layers)
+
+
+def option_plans(prof: planopt.Profile, count: int, seed: int) -> list[Plan]:
+    """Random plans with an option on (most) kept layers that have a menu, every
+    kept layer taking its smallest option first (the plan options change most)."""
+    rnd = random.Random(seed)
+    n = len(prof)
+    smallest = [
+        min(layer.options, key=lambda o: o.saved_bytes).name if layer.options else None
+        for layer in prof.layers
+    ]
+    plans = [Plan.build([KEEP] * n, options=smallest, profile=prof)]
+    while len(plans) < count:
+        acts = [rnd.choice([KEEP, KEEP, RECOMPUTE, SWAP]) for _ in range(n)]
+        opts = [
+            rnd.choice([o.name for o in layer.options]) if a is KEEP and layer.options else None
+            for a, layer in zip(acts, prof.layers, strict=True)
+        ]
+        if any(opts):
+            plans.append(Plan.build(acts, options=opts, profile=prof))
+    return plans
+
+
+def train_step(chain, batch, loss_fn, plan=None, prof=None):
+    torch.manual_seed(1)
+    if plan is None:
+        loss = loss_fn(chain(batch[0]), batch[1])
+        loss.backward()
+        return loss, torch.get_rng_state(), None
+    ex = Executor(chain, plan, profile=prof, loss_fn=loss_fn)
+    with ex:
+        loss = ex(*batch)
+        loss.backward()
+    return loss, torch.get_rng_state(), ex
+
+
+@pytest.mark.parametrize(("name", "hf"), MODELS)
+def test_option_plans_train_exactly_like_plain_pytorch(name, hf):
+    ref, batch, prof = setup(name, hf, False)
+    for plan in option_plans(prof, 5, seed=len(name)):
+        plain, mine = copy.deepcopy(ref.chain), copy.deepcopy(ref.chain)
+        loss_a, rng_a, _ = train_step(plain, batch, ref.loss_fn)
+        loss_b, rng_b, ex = train_step(mine, batch, ref.loss_fn, plan, prof)
+        assert torch.equal(loss_a, loss_b)
+        assert torch.equal(rng_a, rng_b)
+        for (pname, p), q in zip(plain.named_parameters(), mine.parameters(), strict=True):
+            assert torch.equal(p.grad, q.grad), (plan.summary(), pname)
+        stats = ex.last_step
+        assert stats.complete and stats.held_at_end == 0
+        assert stats.recomputed_layers == plan.count(RECOMPUTE)
+
+
+@pytest.mark.parametrize("to_none", [False, True])
+@pytest.mark.parametrize(("name", "hf"), MODELS)
+def test_option_plans_hold_the_predicted_peak(name, hf, to_none):
+    ref, batch, prof = setup(name, hf, to_none)
+    plans = option_plans(prof, 5, seed=len(name))
+    peaks = []
+    for plan in plans:
+        m = measure(ref.chain, plan, batch, ref.loss_fn, profile=prof, iterations=0, warmup=0)
+        predicted = planopt.simulate(prof, plan).peak_bytes
+        assert predicted >= m.peak_bytes * (1 - UNDER), (plan.summary(), predicted, m.peak_bytes)
+        assert predicted <= m.peak_bytes * (1 + OVER), (plan.summary(), predicted, m.peak_bytes)
+        assert m.stats.held_at_end == 0
+        peaks.append(m.peak_bytes)
+    # Every kept layer on its smallest option holds less than keep-all, as measured.
+    keep_all = measure(
+        ref.chain, Plan.keep_all(prof), batch, ref.loss_fn, profile=prof, iterations=0
+    )
+    assert peaks[0] < keep_all.peak_bytes
+
+
+def test_check_reports_an_option_plan():
+    ref, batch, prof = setup("gpt", False, False)
+    plan = option_plans(prof, 1, seed=0)[0]
+    report = check(ref.chain, plan, batch, ref.loss_fn, profile=prof, iterations=1, warmup=0)
+    assert -UNDER <= report.peak_error <= OVER
+    assert report.predicted_peak == planopt.simulate(prof, plan).peak_bytes
+
+
+def test_an_option_on_a_swapped_layer_is_refused_with_what_to_do():
+    ref, _, prof = setup("gpt", False, False)
+    n = len(prof)
+    i = next(i for i, layer in enumerate(prof.layers) if layer.options)
+    acts = [KEEP] * n
+    acts[i] = SWAP
+    opts = [None] * n
+    opts[i] = prof.layers[i].options[0].name
+    plan = Plan.build(acts, options=opts, profile=prof)
+    with pytest.raises(InvalidPlanError, match=r"kept layer only.*action swap"):
+        Executor(ref.chain, plan, profile=prof, loss_fn=ref.loss_fn)
+
+
+def test_an_option_plan_needs_its_profile():
+    ref, _, prof = setup("gpt", False, False)
+    plan = option_plans(prof, 1, seed=0)[0]
+    bare = Plan(plan.actions, plan.prefetch_at, plan.swap_wait, options=plan.options)
+    with pytest.raises(InvalidPlanError, match="needs profile="):
+        Executor(ref.chain, bare, loss_fn=ref.loss_fn)
