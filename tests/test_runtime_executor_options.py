@@ -19,11 +19,15 @@ import dataclasses
 import functools
 import math
 import random
+from collections import Counter
 
 import pytest
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
+
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from torch.utils.checkpoint import SAC_IGNORED_OPS  # noqa: E402
 
 import planopt  # noqa: E402
 from planopt import Plan  # noqa: E402
@@ -33,7 +37,9 @@ from planopt.runtime import Executor, reference_model  # noqa: E402
 from planopt.runtime.check import check  # noqa: E402
 from planopt.runtime.hf import hf_available, hf_model  # noqa: E402
 from planopt.runtime.measure import measure  # noqa: E402
+from planopt.runtime.opprofile import trace_block  # noqa: E402
 from planopt.runtime.profiler import profile_with_release  # noqa: E402
+from planopt.sacmenu import layer_options  # noqa: E402
 
 INSTANT = planopt.Device("instant", math.inf, math.inf, 0.0)
 OVER, UNDER = 0.02, 0.005  # the fidelity benchmark's tolerance
@@ -157,3 +163,76 @@ def test_an_option_plan_needs_its_profile():
     bare = Plan(plan.actions, plan.prefetch_at, plan.swap_wait, options=plan.options)
     with pytest.raises(InvalidPlanError, match="needs profile="):
         Executor(ref.chain, bare, loss_fn=ref.loss_fn)
+
+
+class _Executed(TorchDispatchMode):
+    """Below SAC's modes: the operators really run (a cached one never reaches it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func not in SAC_IGNORED_OPS:
+            self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def _backward_ops(step) -> Counter:
+    loss = step()
+    with _Executed() as executed:
+        loss.backward()
+    return Counter(executed.ops)
+
+
+def test_the_executors_replay_runs_what_the_menu_counts():
+    """Early stop: an option's replay runs exactly the unsaved operators before the
+    menu's cut (`OpProfile.menu()`'s `r_k`), not the whole forward."""
+    ref, batch, prof = setup("gpt", False, False)
+    i = 1
+    x = ref.chain.layers[0](batch[0]).detach().requires_grad_(True)
+    ops = trace_block(ref.chain.layers[i], (x,), repeats=1)
+    assert ops.cut < len(ops.ops)  # early stop matters on this block
+    n = len(prof)
+    for option in prof.layers[i].options:
+        options = [None] * n
+        options[i] = option.name
+        plan = Plan.build([KEEP] * n, options=options, profile=prof)
+        chain = copy.deepcopy(ref.chain)
+        with Executor(chain, plan, profile=prof, loss_fn=ref.loss_fn) as ex:
+            replayed = _backward_ops(lambda ex=ex: ex(*batch))
+        with Executor(chain, Plan.keep_all(prof), profile=prof, loss_fn=ref.loss_fn) as ex:
+            replayed -= _backward_ops(lambda ex=ex: ex(*batch))
+        saved = set(option.policy)
+        want = Counter(o.op for o in ops.ops[: ops.cut] if o.position not in saved)
+        assert replayed == want, option.name
+
+
+@pytest.mark.skipif(not hf_available(), reason="needs transformers")
+def test_applys_replay_runs_what_the_menu_counts():
+    """The same on a model as written (`planopt.runtime.apply`): an option's
+    region replays with early stop, as the menus count."""
+    from planopt.runtime import apply, profile_in_place
+    from planopt.runtime.regions import step_loss
+    from tests.tiny_models import tiny
+
+    model, batch, _ = tiny("llama", size="act")
+    prof = profile_in_place(model, batch, link=INSTANT, iterations=1, warmup=0)
+    i = 2  # the model's second decoder layer (layer 0 is the prefix)
+    x = torch.randn(8, 64, 32, requires_grad=True)
+    pos = model.model.rotary_emb(x, torch.arange(64)[None])
+    ops = trace_block(model.model.layers[i - 1], (x,), {"position_embeddings": pos}, repeats=1)
+    assert ops.cut < len(ops.ops)  # early stop matters on this block
+    menu = layer_options(ops.menu())  # apply's in-place profile has no menus yet
+    option = menu[len(menu) // 2]
+    layers = list(prof.profile.layers)
+    layers[i] = dataclasses.replace(layers[i], options=(option,))
+    prof = dataclasses.replace(prof, profile=prof.profile.replace_layers(layers))
+    options = [None] * len(layers)
+    options[i] = option.name
+    plan = Plan.build([KEEP] * len(layers), options=options, profile=prof.profile)
+    with apply(model, plan, prof):
+        replayed = _backward_ops(lambda: step_loss(model, batch, None))
+    replayed -= _backward_ops(lambda: step_loss(model, batch, None))
+    want = Counter(o.op for o in ops.ops[: ops.cut] if o.position not in set(option.policy))
+    assert replayed == want

@@ -28,15 +28,21 @@ from torch.utils.checkpoint import (
 
 from planopt.runtime.sac import SavePositions
 
+# A partial option's region replays with early stop (torch's default), as
+# the menus' `r_k` assume (`planopt.runtime.menus.add_menus(early_stop=True)`).
+OPTION_EARLY_STOP = True
 
-def checkpoint_region(fn, base: torch.Tensor, context_fn=noop_context_fn):
+
+def checkpoint_region(fn, base: torch.Tensor, context_fn=noop_context_fn, early_stop=False):
     """An open non-reentrant checkpoint region replayed by `fn(base)`; `next()` closes it.
 
-    RNG state preserved, the default determinism check, early stop off (the
-    replay must reach the region's top output).
+    RNG state preserved, the default determinism check. Early stop off for a
+    recompute run (the replay must reach the run's top output); on for a
+    partial option's region (torch's default: the replay ends after the last
+    tensor the backward needs, which is what the menu's `r_k` counts).
     """
     gen = _checkpoint_without_reentrant_generator(
-        fn, True, context_fn, "default", False, False, base
+        fn, True, context_fn, "default", False, early_stop, base
     )
     next(gen)
     return gen

@@ -31,13 +31,9 @@ from torch.utils.checkpoint import checkpoint
 from planopt.errors import ProfileMismatchError, where
 from planopt.profile import Layer
 from planopt.runtime.chain import Chain, LossFn
-from planopt.runtime.checkpointing import buffers_kept
+from planopt.runtime.checkpointing import OPTION_EARLY_STOP, buffers_kept
 from planopt.runtime.sac import sac_context
 from planopt.runtime.tracker import at, current_where, regenerating
-
-# The replay of an option's region stops after the last operator whose
-# output the backward needs (torch's default), as the menus assume.
-EARLY_STOP = True
 
 
 class Step(Protocol):
@@ -69,7 +65,7 @@ def partial_forward(step: Step, i: int, h: torch.Tensor, policy: tuple[int, ...]
         h,
         use_reentrant=False,
         context_fn=sac_context(policy),
-        early_stop=EARLY_STOP,
+        early_stop=OPTION_EARLY_STOP,
     )
 
 
