@@ -43,6 +43,7 @@ from planopt.sacmenu import layer_options  # noqa: E402
 
 INSTANT = planopt.Device("instant", math.inf, math.inf, 0.0)
 OVER, UNDER = 0.02, 0.005  # the fidelity benchmark's tolerance
+TIGHT = 0.001  # what these runs hold to: never under, at most 0.1% over
 MODELS = [
     ("gpt", False),
     ("mlp", False),
@@ -125,8 +126,12 @@ def test_option_plans_hold_the_predicted_peak(name, hf, to_none):
     for plan in plans:
         m = measure(ref.chain, plan, batch, ref.loss_fn, profile=prof, iterations=0, warmup=0)
         predicted = planopt.simulate(prof, plan).peak_bytes
-        assert predicted >= m.peak_bytes * (1 - UNDER), (plan.summary(), predicted, m.peak_bytes)
-        assert predicted <= m.peak_bytes * (1 + OVER), (plan.summary(), predicted, m.peak_bytes)
+        # Measured: 0 .. +0.084% (gpt), never under; the fidelity tolerance is +2%, -0.5%.
+        assert 0 <= predicted - m.peak_bytes <= m.peak_bytes * TIGHT, (
+            plan.summary(),
+            predicted,
+            m.peak_bytes,
+        )
         assert m.stats.held_at_end == 0
         peaks.append(m.peak_bytes)
     # Every kept layer on its smallest option holds less than keep-all, as measured.
