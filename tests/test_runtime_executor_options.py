@@ -241,3 +241,44 @@ def test_applys_replay_runs_what_the_menu_counts():
     replayed -= _backward_ops(lambda: step_loss(model, batch, None))
     want = Counter(o.op for o in ops.ops[: ops.cut] if o.position not in set(option.policy))
     assert replayed == want
+
+
+class _DoublesItsInput(torch.nn.Module):
+    """Changes its input in place (not idempotently) before using it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin, self.lin2 = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.mul_(2.0)
+        return self.lin2(torch.tanh(self.lin(x)) * x)
+
+
+def test_an_option_on_a_layer_that_changes_its_input_in_place():
+    """Its replay starts from its input: above a kept layer that is the changed
+    value (wrong gradients, silently, before this check): refused; above a swapped
+    or recomputed layer it is the value before the change: bitwise plain PyTorch."""
+    from torch.nn import functional as F
+
+    from planopt.runtime import Chain
+    from planopt.runtime.profiler import profile
+    from planopt.runtime.recompute import RecomputeError
+
+    torch.manual_seed(0)
+    chain = Chain.from_modules([torch.nn.Linear(8, 8), _DoublesItsInput(), torch.nn.Linear(8, 2)])
+    batch = (torch.randn(4, 8), torch.randn(4, 2))
+    prof = profile(chain, batch, F.mse_loss, iterations=1, warmup=0, link=INSTANT)
+    option = prof.layers[1].options[0].name
+    plain = copy.deepcopy(chain)
+    train_step(plain, batch, F.mse_loss)
+    for below in (KEEP, SWAP, RECOMPUTE):
+        plan = Plan.build([below, KEEP, KEEP], options=[None, option, None], profile=prof)
+        mine = copy.deepcopy(chain)
+        if below is KEEP:
+            with pytest.raises(RecomputeError, match="must not take a partial option"):
+                train_step(mine, batch, F.mse_loss, plan, prof)
+            continue
+        train_step(mine, batch, F.mse_loss, plan, prof)
+        for p, q in zip(plain.parameters(), mine.parameters(), strict=True):
+            assert torch.equal(p.grad, q.grad), below

@@ -138,7 +138,7 @@ class Step:
                 self.base_requires_grad[i] = out.requires_grad
             if i > 0:
                 # end of F_i: x_i's forward use
-                layers[i - 1].end_forward_use(h._version, layer.action)
+                layers[i - 1].end_forward_use(h._version, layer.action, policy is not None)
             self.steps.watch(i, out)
             h = out
         self.executor._verified()
