@@ -282,3 +282,34 @@ def test_an_option_on_a_layer_that_changes_its_input_in_place():
         train_step(mine, batch, F.mse_loss, plan, prof)
         for p, q in zip(plain.parameters(), mine.parameters(), strict=True):
             assert torch.equal(p.grad, q.grad), below
+
+
+def test_options_with_batch_norm_and_dropout_update_statistics_once():
+    """The replay runs batch norm and dropout again: the same mask (checkpoint
+    restores the RNG) and the running statistics moved once (planopt undoes the
+    replay's update), so gradients and buffers are plain PyTorch's, bitwise."""
+    from torch import nn
+    from torch.nn import functional as F
+
+    from planopt.runtime import Chain
+    from planopt.runtime.profiler import profile
+
+    torch.manual_seed(0)
+    chain = Chain.from_modules([
+        nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32), nn.Tanh()),
+        nn.Sequential(nn.Linear(32, 32), nn.BatchNorm1d(32), nn.Dropout(0.3), nn.Tanh()),
+        nn.Linear(32, 4),
+    ])  # fmt: skip
+    batch = (torch.randn(8, 16), torch.randn(8, 4))
+    prof = profile(chain, batch, F.mse_loss, iterations=1, warmup=0, link=INSTANT)
+    plain = copy.deepcopy(chain)
+    train_step(plain, batch, F.mse_loss)
+    for pick in (0, -1):
+        options = [layer.options[pick].name if layer.options else None for layer in prof.layers]
+        plan = Plan.build([KEEP] * len(prof), options=options, profile=prof)
+        mine = copy.deepcopy(chain)
+        train_step(mine, batch, F.mse_loss, plan, prof)
+        for p, q in zip(plain.parameters(), mine.parameters(), strict=True):
+            assert torch.equal(p.grad, q.grad), options
+        for a, b in zip(plain.buffers(), mine.buffers(), strict=True):
+            assert torch.equal(a, b), options
