@@ -133,8 +133,11 @@ def planned_step(
         return loss
 
     acts = " ".join(a.value[0].upper() for a in solution.plan.actions)
+    partial = sum(o is not None for o in solution.plan.options or ())
+    options = f", {partial} kept on a partial option (cost model v3)" if partial else ""
     summary = (
-        f"plan at {budget} ({solution.status.value}): {acts} (K keep, S swap, R recompute); "
+        f"plan at {budget} ({solution.status.value}): {acts} (K keep, S swap, R recompute"
+        f"{options}); "
         f"predicted peak {human_bytes(solution.schedule.peak_bytes)} against "
         f"{human_bytes(planopt.keep_all_peak(prof))} keeping everything"
     )
