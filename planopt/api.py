@@ -20,7 +20,7 @@ from planopt.option_types import check_option_types
 from planopt.problem import Problem
 from planopt.profile import Profile
 from planopt.result import Solution, SolverOutput, Status
-from planopt.work import check_work_limit
+from planopt.work import WorkMeter, check_work_limit, method_rate
 
 # A plan within this relative distance of T_ideal is optimal: no plan is faster.
 _IDEAL_TOLERANCE = 1e-12
@@ -120,6 +120,7 @@ def solve(
         time_limit=limit,
         deadline=None if limit is None else started + limit - _finish_reserve(limit, profile),
         work_limit=work,
+        meter=WorkMeter.calibrated(work, method_rate(spec.name)),
     )
     out: SolverOutput = fn(problem, **options)
     elapsed = time.monotonic() - started
@@ -165,7 +166,7 @@ def _finish(problem: Problem, method: str, out: SolverOutput, elapsed: float) ->
         min_budget=problem.min_budget,
         message=message,
         work_limit=problem.work_limit,
-        work_used=problem.meter.used,
+        work_used=problem.meter.units_used(),
         bound_provenance=_provenance(provenance, status, lower),
     )
 

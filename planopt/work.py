@@ -31,6 +31,19 @@ from planopt.errors import SolverOptionError
 SIMULATION_UNITS_PER_LAYER = 1e-6
 
 
+# Work units per raw count, per registered method: what one count of the
+# method's own counters cost in CPU-seconds of the reference machine
+# (experiments/work_rates.py; experiments/results/work_limits.md).
+METHOD_RATES: dict[str, float] = {}
+# A method registered at run time without a rate of its own: its counts are its units.
+DEFAULT_RATE = 1.0
+
+
+def method_rate(method: str) -> float:
+    """Work units per raw count of `method` (its calibration constant)."""
+    return METHOD_RATES.get(method, DEFAULT_RATE)
+
+
 def check_work_limit(work_limit: float | None) -> float | None:
     """A work limit must be None or a finite number of work units > 0."""
     if work_limit is None:
@@ -58,6 +71,26 @@ class WorkMeter:
     limit: float | None = None
     used: float = 0.0
     parent: WorkMeter | None = field(default=None, repr=False)
+    rate: float = 1.0
+
+    @classmethod
+    def calibrated(cls, work_limit: float | None, rate: float) -> WorkMeter:
+        """The meter of a solve limited to `work_limit` work units of a method whose
+        raw counts cost `rate` units each (see `METHOD_RATES`)."""
+        limit = None if work_limit is None else work_limit / rate
+        return cls(limit=limit, rate=rate)
+
+    def raw_used(self) -> float:
+        """What the method's counters charged here, before its rate."""
+        return self.used
+
+    def units_used(self) -> float:
+        """The work spent here in work units (CPU-seconds of the reference machine)."""
+        return self.used * self.rate
+
+    def raw(self, units: float) -> float:
+        """`units` work units as this meter's raw counts (for options given in units)."""
+        return units / self.rate
 
     def charge(self, units: float) -> None:
         """Count `units` of work here and in every ancestor."""
@@ -90,4 +123,4 @@ class WorkMeter:
         limit = None if left is None else fraction * left
         if cap is not None:
             limit = cap if limit is None else min(limit, cap)
-        return WorkMeter(limit=limit, parent=self)
+        return WorkMeter(limit=limit, parent=self, rate=self.rate)

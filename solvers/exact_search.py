@@ -47,9 +47,13 @@ CANONICAL_WORK = 5.0
 
 
 def left(problem: Problem) -> float | None:
-    """Work units left; under a time limit alone, the seconds left (None: unlimited)."""
+    """Raw work left; under a time limit alone, the seconds left as raw counts at the
+    method's rate (a unit is a CPU-second; None: unlimited)."""
     work = problem.work_left()
-    return problem.time_left() if work is None else work
+    if work is not None:
+        return work
+    seconds = problem.time_left()
+    return None if seconds is None else problem.meter.raw(seconds)
 
 
 def work_share(problem: Problem, fraction: float, cap: float | None) -> float | None:
