@@ -37,6 +37,7 @@ from solvers.model.ir import (
 
 if TYPE_CHECKING:
     from planopt.work import WorkMeter
+    from solvers.model import Formulation
 
 # Counts per second of CP-SAT's deterministic time. NOTE (issue 25): one worker
 # on the plan models (exact, recompute-only and swap-only on 21-40-layer
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
 # deterministic second, not the 1 that OR-Tools aims at; taken 1:1 it made a
 # unit of the exact methods cost 2.1-3.6 CPU-seconds.
 UNITS_PER_DETERMINISTIC_SECOND = 3.4
-    from solvers.model import Formulation
 
 # Settings tried in turn when a solve aborts (see `run_isolated`).
 _ATTEMPTS: tuple[dict, ...] = ({}, {"keep_hint": False})
