@@ -1,18 +1,29 @@
 """Deterministic work: what a search spends, counted so that any machine counts the same.
 
-NOTE (the unit): one **work unit** is, by calibration, about one second of
-one core of this project's reference machine (a 2-core x86-64 CI box). It
-is charged from counts, never from a clock, so a solve stopped by its work
-limit stops at the same point on any machine under any load:
+NOTE (the unit): one **work unit** is, by calibration, one CPU-second of
+this project's reference machine (a 2-core x86-64 CI box), within 30%, for
+every registered method. It is charged from counts, never from a clock, so
+a solve stopped by its work limit stops at the same point on any machine
+under any load. Two layers:
 
-* scoring a plan with the simulator costs `SIMULATION_UNITS_PER_LAYER`
-  per layer of the chain (the simulator's measured cost, about 1 us a
-  layer);
-* CP-SAT charges its own deterministic time (`deterministic_time` in its
-  response), which OR-Tools calibrates to about a second of one core;
-* the MIP/LP back-ends charge what they let us limit exactly: simplex
-  iterations and branch-and-bound nodes, at the rates in
-  `solvers.backends` (each back-end's record states them).
+* **raw counts**, charged by the parts a method runs: scoring a plan with
+  the simulator costs `SIMULATION_UNITS_PER_LAYER` per layer; CP-SAT
+  charges its deterministic time (`solvers.backends.cpsat`,
+  `UNITS_PER_DETERMINISTIC_SECOND` a second); the MIP/LP back-ends their
+  simplex iterations and nodes, the dynamic program its labels, at the
+  rates in their modules;
+* **a rate per method** (`METHOD_RATES`): what one raw count of that
+  method cost in CPU-seconds, measured on the reference machine by
+  `experiments/work_rates.py` over several nets and limits (the figures:
+  experiments/results/work_limits.md). A solve's meter is
+  `WorkMeter.calibrated(work_limit, rate)`: the limit is divided by the
+  method's rate into raw counts, and `Solution.work_used` is its raw
+  counts times that rate. Before (issue 25, item 12) every method took raw
+  counts as units, and a unit cost 0.15 to 13 CPU-seconds by method.
+
+Internal shares and caps (a warm start's `STARTS_WORK`, a window's default
+work) are raw counts of the method that runs them; options given in units
+(`window_work`) are converted with `WorkMeter.raw`.
 
 A `WorkMeter` is the running count of one solve; a share of it (for a warm
 start, a bound, a polish) is a child meter that charges its parent too, so
@@ -34,7 +45,27 @@ SIMULATION_UNITS_PER_LAYER = 1e-6
 # Work units per raw count, per registered method: what one count of the
 # method's own counters cost in CPU-seconds of the reference machine
 # (experiments/work_rates.py; experiments/results/work_limits.md).
-METHOD_RATES: dict[str, float] = {}
+METHOD_RATES: dict[str, float] = {
+    # baselines: a simulation or a few, plus building the plan (per layer)
+    "keep-all": 3.5,
+    "all-swap": 4.3,
+    "sqrt-n": 0.74,
+    "superneurons": 7.6,
+    "pooch": 1.0,
+    # the exact methods: starters, relaxation, CP-SAT (3.4 counts a deterministic second)
+    "exact": 1.15,
+    "recompute-only": 1.0,
+    "swap-only": 1.25,
+    "remat-dp": 0.225,
+    # brute force: 5-6-layer simulations, whose fixed cost per call (~60 us) dominates
+    "brute-force": 11.5,
+    "blocks": 0.44,
+    "lns": 1.0,
+    # auto hands its meter to the method it picks (`WorkMeter.rebase`): its own
+    # choice (the repeats search) counts nothing, so this rate never applies.
+    "auto": 1.0,
+    "lower-bound": 0.6,
+}
 # A method registered at run time without a rate of its own: its counts are its units.
 DEFAULT_RATE = 1.0
 
@@ -87,6 +118,20 @@ class WorkMeter:
     def units_used(self) -> float:
         """The work spent here in work units (CPU-seconds of the reference machine)."""
         return self.used * self.rate
+
+    def rebase(self, rate: float) -> None:
+        """Count on at `rate`, the limit and the work so far keeping their value in units.
+
+        For a method that hands its whole solve to another (`auto`): the work is
+        then counted at the rate of the method that does it. Only on a solve's
+        own meter (no parent), before any share of it is made.
+        """
+        if self.parent is not None:
+            raise ValueError("only a solve's own meter can change its rate")
+        if self.limit is not None:
+            self.limit = self.limit * self.rate / rate
+        self.used = self.used * self.rate / rate
+        self.rate = rate
 
     def raw(self, units: float) -> float:
         """`units` work units as this meter's raw counts (for options given in units)."""

@@ -86,3 +86,24 @@ def test_a_method_registered_without_a_rate_counts_its_raw_work_as_units():
         assert sol.work_used == pytest.approx(0.25 * DEFAULT_RATE)
     finally:
         registry.unregister("counting-plugin")
+
+
+def test_auto_counts_its_work_at_the_rate_of_the_method_it_hands_the_solve_to(monkeypatch):
+    profile = planopt.random_chain(300, seed=7)  # repeated blocks: auto uses blocks
+    auto = planopt.solve(profile, "40%", "auto", work_limit=0.3)
+    blocks = planopt.solve(profile, "40%", "blocks", work_limit=0.3)
+    assert "used blocks" in auto.message
+    assert auto.plan == blocks.plan and auto.work_used == pytest.approx(blocks.work_used)
+    # auto's own constant plays no part once it has handed the solve over
+    monkeypatch.setitem(METHOD_RATES, "auto", 7 * METHOD_RATES["auto"])
+    again = planopt.solve(profile, "40%", "auto", work_limit=0.3)
+    assert again.plan == auto.plan and again.work_used == pytest.approx(auto.work_used)
+
+
+def test_a_rebased_meter_keeps_its_limit_and_work_in_units():
+    meter = WorkMeter.calibrated(2.0, 1.0)
+    meter.charge(0.5)
+    meter.rebase(0.25)
+    assert meter.units_used() == pytest.approx(0.5) and meter.left() == pytest.approx(6.0)
+    with pytest.raises(ValueError, match="own meter"):
+        meter.share(0.5).rebase(2.0)
