@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 
 from planopt import registry
 from planopt.budget import min_budget, parse_budget
@@ -137,6 +138,8 @@ def _finish(problem: Problem, method: str, out: SolverOutput, elapsed: float) ->
     profile = problem.profile
     status, lower, message = out.status, out.lower_bound, out.message
     provenance = out.certificate
+    if provenance is not None:  # its work in the method's raw counts, reported in units
+        provenance = replace(provenance, work=provenance.work * problem.meter.rate)
     schedule = None
     plan = out.plan
     if plan is not None:

@@ -74,7 +74,7 @@ def build_lp(
             x.setInitialValue(hint[i] if v.is_bool else hint[i] / scale)
         xs.append(x)
     fresh = iter(range(10**9))
-    start = _Start(hint, scale)
+    start = _Start(hint)
 
     def lit(x: Lit):
         return xs[x[0]] if x[1] else 1 - xs[x[0]]
@@ -199,9 +199,8 @@ class _Start:
     hint's plan is a solution of the linear model whenever it fits there.
     """
 
-    def __init__(self, hint: Sequence[int] | None, scale: float) -> None:
+    def __init__(self, hint: Sequence[int] | None) -> None:
         self.on = hint is not None
-        self.scale = scale
 
     def set(self, x, value: float) -> None:
         if self.on:
