@@ -59,8 +59,8 @@ METHOD_RATES: dict[str, float] = {
     "remat-dp": 0.225,
     # brute force: 5-6-layer simulations, whose fixed cost per call (~60 us) dominates
     "brute-force": 11.5,
-    "blocks": 0.44,
-    "lns": 1.0,
+    "blocks": 0.85,
+    "lns": 1.1,
     # auto hands its meter to the method it picks (`WorkMeter.rebase`): its own
     # choice (the repeats search) counts nothing, so this rate never applies.
     "auto": 1.0,
@@ -138,11 +138,15 @@ class WorkMeter:
         return units / self.rate
 
     def charge(self, units: float) -> None:
-        """Count `units` of work here and in every ancestor."""
+        """Count `units` raw counts here and in every ancestor (in each one's own counts,
+        where a share runs a part at another rate)."""
         meter: WorkMeter | None = self
         while meter is not None:
             meter.used += units
-            meter = meter.parent
+            parent = meter.parent
+            if parent is not None and parent.rate != meter.rate:
+                units = units * meter.rate / parent.rate
+            meter = parent
 
     def left(self) -> float | None:
         """Units left before this meter or an ancestor runs out (None: unlimited)."""
@@ -150,7 +154,8 @@ class WorkMeter:
         meter: WorkMeter | None = self
         while meter is not None:
             if meter.limit is not None:
-                lefts.append(max(0.0, meter.limit - meter.used))
+                rest = max(0.0, meter.limit - meter.used)
+                lefts.append(rest if meter.rate == self.rate else rest * meter.rate / self.rate)
             meter = meter.parent
         return min(lefts) if lefts else None
 
@@ -158,14 +163,23 @@ class WorkMeter:
         left = self.left()
         return left is not None and left <= 0.0
 
-    def share(self, fraction: float = 1.0, cap: float | None = None) -> WorkMeter:
+    def share(
+        self, fraction: float = 1.0, cap: float | None = None, rate: float | None = None
+    ) -> WorkMeter:
         """A child meter limited to `fraction` of what is left here (at most `cap`).
 
         Without any limit above, the child is limited by `cap` alone (None:
-        unlimited), so a default share stays deterministic.
+        unlimited), so a default share stays deterministic. `rate` (default:
+        this meter's) is the child's own: a part that runs another method
+        (the dynamic program seeding a joint search) counts at that method's
+        rate, and its counts reach this meter converted, so the part costs
+        what it costs in units.
         """
+        rate = self.rate if rate is None else rate
         left = self.left()
+        if left is not None and rate != self.rate:
+            left = left * self.rate / rate
         limit = None if left is None else fraction * left
         if cap is not None:
             limit = cap if limit is None else min(limit, cap)
-        return WorkMeter(limit=limit, parent=self, rate=self.rate)
+        return WorkMeter(limit=limit, parent=self, rate=rate)

@@ -49,7 +49,7 @@ def test_a_calibrated_meter_divides_the_limit_and_multiplies_the_work():
     assert meter.raw_used() == 3.0 and meter.units_used() == 1.5
 
 
-@pytest.mark.parametrize("method", ["pooch", "lns", "remat-dp", "exact"])
+@pytest.mark.parametrize("method", ["pooch", "remat-dp", "sqrt-n"])
 def test_a_solve_reports_its_methods_counts_at_its_methods_rate(method, monkeypatch):
     profile = planopt.random_chain(24, seed=3)
     base = planopt.solve(profile, "50%", method, work_limit=0.2)
@@ -62,14 +62,36 @@ def test_a_solve_reports_its_methods_counts_at_its_methods_rate(method, monkeypa
     assert base.work_used > 0
 
 
+@pytest.mark.parametrize("method", ["lns", "exact"])
+def test_a_method_that_runs_parts_of_other_methods_scales_with_every_rate(method, monkeypatch):
+    # lns and exact run the dynamic program (remat-dp) as a start, at remat-dp's
+    # rate: every rate doubled keeps every ratio, so the same search, twice the units.
+    profile = planopt.random_chain(24, seed=3)
+    base = planopt.solve(profile, "50%", method, work_limit=0.2)
+    for name in METHOD_RATES:
+        monkeypatch.setitem(METHOD_RATES, name, 2 * METHOD_RATES[name])
+    doubled = planopt.solve(profile, "50%", method, work_limit=0.4)
+    assert doubled.plan == base.plan
+    assert doubled.work_used == pytest.approx(2 * base.work_used, rel=1e-9)
+
+
 def test_another_methods_rate_changes_nothing(monkeypatch):
     profile = planopt.random_chain(24, seed=3)
     base = planopt.solve(profile, "50%", "lns", work_limit=0.2)
     for other in METHOD_RATES:
-        if other != "lns":
+        if other not in ("lns", "remat-dp"):  # remat-dp: a part lns runs, at its rate
             monkeypatch.setitem(METHOD_RATES, other, 1e3 * METHOD_RATES[other])
     again = planopt.solve(profile, "50%", "lns", work_limit=0.2)
     assert again.plan == base.plan and again.work_used == base.work_used
+
+
+def test_a_share_at_another_rate_is_limited_and_charged_in_units():
+    meter = WorkMeter.calibrated(4.0, 1.0)  # 4 counts of a rate-1 method
+    part = meter.share(0.5, rate=0.25)  # half of it, for a part at 0.25 units a count
+    assert part.limit == pytest.approx(8.0)  # 2 units = 8 of the part's counts
+    part.charge(4.0)  # 1 unit
+    assert meter.raw_used() == pytest.approx(1.0) and meter.units_used() == pytest.approx(1.0)
+    assert part.left() == pytest.approx(4.0) and meter.left() == pytest.approx(3.0)
 
 
 def _counting(problem: Problem) -> SolverOutput:
