@@ -1,10 +1,11 @@
 """Deterministic work: what a search spends, counted so that any machine counts the same.
 
 NOTE (the unit): one **work unit** is, by calibration, one CPU-second of
-this project's reference machine (a 2-core x86-64 CI box), within 30%, for
-every registered method. It is charged from counts, never from a clock, so
-a solve stopped by its work limit stops at the same point on any machine
-under any load. Two layers:
+this project's reference machine (a 2-core x86-64 CI box): within 30% for
+10 of the 14 registered methods, 0.3-1.7 still for recompute-only, blocks,
+auto and lower-bound (docs/solvers.md, "The unit"). It is charged from
+counts, never from a clock, so a solve stopped by its work limit stops at
+the same point on any machine under any load. Two layers:
 
 * **raw counts**, charged by the parts a method runs: scoring a plan with
   the simulator costs `SIMULATION_UNITS_PER_LAYER` per layer; CP-SAT
