@@ -42,6 +42,7 @@ from solvers.exact_search import (
     OPTIMALITY_GAP,
     add_objective_floor,
     affordable,
+    charge_hint,
     charge_model,
     finish,
     probe_relaxation_bound,
@@ -268,6 +269,7 @@ def solve_exact(
     add_objective_floor(form, relaxed)
     hint = None
     if incumbent is not None:
+        charge_hint(problem, form)
         hint = evaluate(form, form.decisions(incumbent[1]), stop=problem.out_of_time)
         if hint is None:  # the deadline passed while the hint was worked out
             return _stopped(incumbent, relaxed, "the limit was reached")
