@@ -1,0 +1,383 @@
+"""One training step of a model under a plan, applied in place with torch's own mechanisms.
+
+A `PlanStep` lives from the model's forward to the end of its backward. Its
+routing `saved_tensors_hooks` are active for the whole model forward; inside
+a recompute run, `torch.utils.checkpoint`'s hooks are innermost and take
+over. Every tensor autograd saves goes to the layer that owns it:
+
+* the output of a swapped layer, or the top output of a recompute run, read
+  by a later layer (its `saves_input`): a `Saved` reference, filled by the
+  copy back (swap) or the run's regeneration (recompute);
+* a tensor a swapped block makes (its internals; its output when its own
+  backward reads it): a `Saved` that holds the tensor until the end of the
+  block's forward, then nothing until the copy back;
+* anything else (parameters, the batch, tensors the prefix made, what kept
+  layers save): the tensor itself, as plain PyTorch holds it.
+
+Backward steps are marked by `BackwardSteps` (hooks on each layer's output):
+at the issue of step `t` the copies back with `prefetch_at = t` are enqueued,
+then the recompute run whose block step is `t` is regenerated (the cost
+model's recompute block), and `B_t` waits for the copies it reads; at the
+end of `B_t` what it was the last reader of is released.
+
+NOTE (a recompute run as one checkpoint): a run `k+1 .. t` of recomputed
+blocks is one non-reentrant checkpoint region, opened in block `k+1`'s
+forward and closed after block `t`'s, with the generator that
+`torch.utils.checkpoint.checkpoint(use_reentrant=False)` itself steps around
+one call (`_checkpoint_without_reentrant_generator`). Its function replays
+the blocks' recorded calls from the run's base, so checkpoint saves only the
+base and preserves RNG and autocast as it does for one call. Early stop is
+off, so the replay reaches the run's top output: when the next layer reads
+it (`saves_input`), it is dropped after the forward and regenerated with the
+run, as the cost model says. A tiny `_Trigger` saved last in the region lets
+the step start the regeneration at the cost model's block step (its
+`saved_tensors` is unpacked from the step's hook).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.utils.checkpoint import (
+    CheckpointPolicy,
+    _checkpoint_without_reentrant_generator,
+    create_selective_checkpoint_contexts,
+    noop_context_fn,
+)
+
+from planopt.plan import RECOMPUTE, SWAP
+from planopt.runtime.recompute import buffers_unchanged
+from planopt.runtime.regions import call_tensors, first_tensor, with_hidden, without_hidden
+from planopt.runtime.steps import BackwardSteps
+from planopt.runtime.storage import TensorMeta, byte_view, plain, storage_key, view_on
+
+if TYPE_CHECKING:
+    from planopt.runtime.apply import PlanHandle
+
+
+class Saved:
+    """What autograd holds for a saved tensor of a swapped or recomputed product."""
+
+    __slots__ = ("__weakref__", "meta", "owner", "tensor")
+
+    def __init__(self, owner: Owner, t: torch.Tensor | None, meta: TensorMeta) -> None:
+        self.owner = owner
+        self.meta = meta
+        self.tensor = t
+
+
+class _Trigger(torch.autograd.Function):
+    """Saves one tiny tensor inside a checkpoint region: unpacking it regenerates the region."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        return x.detach().clone()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        return grad
+
+
+class Owner:
+    """A swapped or recomputed layer's products in one step."""
+
+    def __init__(self, step: PlanStep, index: int) -> None:
+        self.step = step
+        self.index = index
+        self.internals: dict[int, list[Saved]] = {}
+        self.keep_alive: dict[int, torch.Tensor] = {}
+        self.outputs: list[Saved] = []
+        self.host = None
+        self.back = None
+        self.released = False
+
+    def add_internal(self, key: int, t: torch.Tensor) -> Saved:
+        ref = Saved(self, plain(t), TensorMeta(t))
+        self.internals.setdefault(key, []).append(ref)
+        self.keep_alive.setdefault(key, plain(t))
+        return ref
+
+    def add_output_reader(self, t: torch.Tensor) -> Saved:
+        ref = Saved(self, None, TensorMeta(t))
+        self.outputs.append(ref)
+        return ref
+
+    def copy_out(self, out: torch.Tensor, out_read: bool) -> None:
+        """End of a swapped block's forward: one copy of its internals (and output if read)."""
+        out_key = storage_key(out)
+        if out_key in self.internals:  # its own backward reads its output (saves_output)
+            self.outputs.extend(self.internals.pop(out_key))
+            self.keep_alive.pop(out_key, None)
+        keys = list(self.internals)
+        views = [byte_view(self.keep_alive[k]) for k in keys]
+        if out_read:
+            views.append(byte_view(out))
+        self.order = keys
+        self.host = self.step.copies.copy_out(views, self.index)
+        for refs in self.internals.values():
+            for ref in refs:
+                ref.tensor = None
+        for ref in self.outputs:
+            ref.tensor = None
+        self.keep_alive.clear()
+        self.out_read = out_read
+
+    def copy_back(self) -> None:
+        if self.host is None or self.back is not None or self.released:
+            return
+        back = self.step.copies.copy_back(self.host, self.step.device)
+        self.back = back
+        buffers = list(back.buffers)
+        for key, buffer in zip(self.order, buffers, strict=False):
+            for ref in self.internals[key]:
+                ref.tensor = view_on(buffer, ref.meta)
+        if self.out_read:
+            for ref in self.outputs:
+                ref.tensor = view_on(buffers[-1], ref.meta)
+        back.buffers = []
+
+    def wait_back(self) -> None:
+        if self.back is not None:
+            self.step.copies.wait_back(self.back)
+
+    def regenerated(self, out: torch.Tensor) -> None:
+        for ref in self.outputs:
+            ref.tensor = view_on(out, ref.meta)
+
+    def release_output(self) -> None:
+        for ref in self.outputs:
+            ref.tensor = None
+
+    def release(self) -> None:
+        if self.released:
+            return
+        self.released = True
+        for refs in self.internals.values():
+            for ref in refs:
+                ref.tensor = None
+        self.release_output()
+        if self.host is not None:
+            self.step.copies.release(self.host, self.back)
+        self.host = self.back = None
+
+
+class Run:
+    """A recompute run in one step: its checkpoint region and the calls it replays."""
+
+    def __init__(self, step: PlanStep, first: int, top: int) -> None:
+        self.step, self.first, self.top = step, first, top
+        self.calls: list[tuple[Any, tuple, dict]] = []
+        self.gen = None
+        self.trigger: torch.Tensor | None = None
+        self.dummy = torch.zeros(1, requires_grad=True)
+
+    def open(self, base: torch.Tensor, context_fn=noop_context_fn) -> None:
+        self.gen = _checkpoint_without_reentrant_generator(
+            self._replay, True, context_fn, "default", False, False, base
+        )
+        next(self.gen)
+
+    def record(self, original, args: tuple, kwargs: dict) -> None:
+        self.calls.append((original, *without_hidden(args, kwargs)))
+
+    def close(self) -> None:
+        if self.step.regenerates_top(self.top):
+            self.trigger = _Trigger.apply(self.dummy)
+        with contextlib.suppress(StopIteration):
+            next(self.gen)
+        self.gen = None
+
+    def _replay(self, base: torch.Tensor) -> None:
+        h = base
+        # A replay must not update buffers twice (batch-norm running statistics).
+        with buffers_unchanged(self.step.handle.run_modules(self.first, self.top)):
+            for original, args, kwargs in self.calls:
+                a, k = with_hidden(args, kwargs, h)
+                h = first_tensor(original(*a, **k))
+        if self.step.regenerates_top(self.top):
+            _Trigger.apply(self.dummy)
+            self.step.owner(self.top).regenerated(plain(h))
+
+    def regenerate(self) -> None:
+        """The cost model's recompute block: unpack the trigger, which reruns the region."""
+        if self.trigger is not None:
+            trigger, self.trigger = self.trigger, None
+            _ = trigger.grad_fn.saved_tensors
+
+
+def _sac_context(policy: tuple[int, ...]):
+    """Selective checkpoint contexts saving exactly the op positions in `policy`."""
+    keep = frozenset(policy)
+    counters = {False: 0, True: 0}
+
+    def policy_fn(ctx, op, *args, **kwargs) -> CheckpointPolicy:
+        position = counters[ctx.is_recompute]
+        counters[ctx.is_recompute] += 1
+        return CheckpointPolicy.MUST_SAVE if position in keep else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy_fn)
+
+
+class PlanStep:
+    """One forward and its backward under the plan (see the module docstring)."""
+
+    def __init__(self, handle: PlanHandle, static: set[int], device: torch.device) -> None:
+        self.handle = handle
+        sched = handle.schedule
+        self.sched = sched
+        self.static = static
+        self.device = device
+        self.actions = sched.actions
+        self.copies = handle.engine(device)
+        self.owners: dict[int, Owner] = {}
+        # output storage key -> its non-kept owner, and the storage (weakly)
+        self.by_output: dict[int, tuple[Owner, weakref.ref]] = {}
+        self.runs: dict[int, Run] = {}  # first layer of a run -> the run, while open or pending
+        self.open_run: Run | None = None
+        self.swapping: Owner | None = None
+        self.foreign: set[int] = set()
+        self.steps = BackwardSteps(handle.n, self._issue, self._end, self._finish)
+        self.top_read = {top: u != top for u, (_, top) in sched.block_at.items()}
+
+    def owner(self, i: int) -> Owner:
+        owner = self.owners.get(i)
+        if owner is None:
+            owner = self.owners[i] = Owner(self, i)
+        return owner
+
+    def regenerates_top(self, top: int) -> bool:
+        return self.top_read.get(top, False)
+
+    # -- saved tensors ----------------------------------------------------------
+
+    def pack(self, t: torch.Tensor) -> Any:
+        key = storage_key(t)
+        if key == 0 or key in self.static:
+            return plain(t)
+        entry = self.by_output.get(key)
+        if entry is not None:
+            owner, ref = entry
+            storage = ref()
+            if storage is not None and storage._cdata == key:
+                return owner.add_output_reader(t)
+            del self.by_output[key]  # freed: the address now holds another storage
+        if self.swapping is not None and key not in self.foreign:
+            return self.swapping.add_internal(key, t)
+        return plain(t)
+
+    @staticmethod
+    def unpack(packed: Any) -> torch.Tensor:
+        if isinstance(packed, torch.Tensor):
+            return packed
+        packed.owner.wait_back()
+        if packed.tensor is None:
+            raise RuntimeError(
+                f"planopt apply: a saved tensor of layer {packed.owner.index} was released or "
+                "not yet copied back or regenerated; a plan supports one backward per forward "
+                "(no retain_graph)"
+            )
+        # Read once, as torch.utils.checkpoint's holders are: the node holds it
+        # while it runs, so it is freed node by node, as plain autograd frees.
+        tensor, packed.tensor = packed.tensor, None
+        return tensor
+
+    # -- forward ----------------------------------------------------------------
+
+    def block(self, r: int, original, args: tuple, kwargs: dict):
+        """Block layer `r`'s forward under its action."""
+        sched = self.sched
+        x = args[0] if args and isinstance(args[0], torch.Tensor) else kwargs.get("hidden_states")
+        if r == 1:
+            self.steps.watch(0, x)
+        for w in sched.waiters.get(r, ()):
+            self.copies.wait_out(self.owner(w).host)
+        action = self.actions[r]
+        option = self.handle.policy(r)
+        if action is RECOMPUTE:
+            run = self.open_run
+            if run is None:
+                run = self.open_run = Run(self, r, self.handle.run_top[r])
+                self.runs[r] = run
+                run.open(x)
+            run.record(original, args, kwargs)
+            out = original(*args, **kwargs)
+            if r == run.top:
+                run.close()
+                self.open_run = None
+        elif option is not None:
+            if action is SWAP:
+                raise NotImplementedError  # refused by apply's checks
+            run = Run(self, r, r)
+            run.open(x, functools.partial(_sac_context, option))
+            run.record(original, args, kwargs)
+            out = original(*args, **kwargs)
+            run.close()
+        elif action is SWAP:
+            self.swapping = self.owner(r)
+            self.foreign = {storage_key(t) for t in call_tensors(args, kwargs)}
+            try:
+                out = original(*args, **kwargs)
+            finally:
+                self.swapping = None
+                self.foreign = set()
+        else:
+            out = original(*args, **kwargs)
+        h = first_tensor(out)
+        self._after(r, h)
+        return out
+
+    def _after(self, r: int, h: torch.Tensor) -> None:
+        action = self.actions[r]
+        read = self.sched.out_read[r]
+        if action is SWAP:
+            owner = self.owner(r)
+            owner.copy_out(h, read)
+            if read:
+                self._route_output(h, owner)
+        elif action is RECOMPUTE and self.regenerates_top(r):
+            self._route_output(h, self.owner(r))
+        self.steps.watch(r, h)
+
+    def _route_output(self, h: torch.Tensor, owner: Owner) -> None:
+        # NOTE: a storage key is an address, which a later storage may reuse
+        # once this one is freed; the weak reference tells them apart.
+        self.by_output[storage_key(h)] = (owner, weakref.ref(h.untyped_storage()))
+
+    def finish_forward(self, out: Any) -> None:
+        h = first_tensor(out)
+        if h is not None:
+            self.steps.watch(self.handle.n - 1, h)
+
+    # -- backward ---------------------------------------------------------------
+
+    def _issue(self, t: int) -> None:
+        sched = self.sched
+        for i in sched.prefetch.get(t, ()):
+            self.owner(i).copy_back()
+        run = sched.block_at.get(t)
+        if run is not None:
+            pending = self.runs.pop(run[0], None)
+            if pending is not None:
+                pending.regenerate()
+        for i in sched.reads_back[t]:
+            self.owner(i).wait_back()
+
+    def _end(self, t: int) -> None:
+        if t in self.owners:
+            self.owners[t].release()
+        if t > 0 and (t - 1) in self.owners and not self.sched.saves_output[t - 1]:
+            self.owners[t - 1].release_output()
+
+    def _finish(self) -> None:
+        self.abort()
+        self.handle.step_finished(self)
+
+    def abort(self) -> None:
+        for owner in self.owners.values():
+            owner.release()
+        self.runs.clear()
