@@ -128,7 +128,8 @@ def test_a_plan_really_recomputes_and_swaps(monkeypatch):
 # HF families: every plan within +0.01% / -0.01%; ResNet basic: +0.35% .. +0.75%;
 # ResNet bottleneck: +2.07% (v2's backward scratch cannot be negative: a block's
 # backward frees saved tensors node by node before its gradients peak, which the
-# cost model adds on top; cost model v3's signed scratch describes it).
+# cost model adds on top; cost model v3's signed scratch describes it). In bytes,
+# every over-prediction is at most the profile's largest `bwd_release`.
 OVER = {"resnet-bottleneck": 0.025}
 
 
@@ -143,12 +144,16 @@ def test_measured_peak_is_the_predicted_one(family, plan_name):
         torchs = measure_step(m, batch, loss_fn, handle=handle, tracker="torch")
     predicted = planopt.simulate(prof.profile, plan).peak_bytes
     assert mine.predicted_bytes == predicted
-    # torch's MemTracker sees what the live-storage tracker sees (host copies hidden);
-    # a few hundred bytes apart at most (the checkpoint's RNG-state snapshot).
-    assert abs(torchs.peak_bytes - mine.peak_bytes) <= 1024
-    for got in (mine.peak_bytes, torchs.peak_bytes):
-        error = (predicted - got) / got
-        assert -0.005 <= error <= OVER.get(family, 0.02), (family, plan_name, error)
+    # torch's MemTracker sees what the live-storage tracker sees (host copies and
+    # the replay's buffer snapshot are made outside the dispatcher).
+    assert torchs.peak_bytes == mine.peak_bytes
+    error = (predicted - mine.peak_bytes) / mine.peak_bytes
+    assert -0.005 <= error <= OVER.get(family, 0.02), (family, plan_name, error)
+    # In bytes: under by at most the checkpoint's own small tensors (RNG state,
+    # its dummies), over by at most what one backward frees before its gradients
+    # peak (`bwd_release`, which v2's non-negative scratch cannot say).
+    over = predicted - mine.peak_bytes
+    assert -1024 <= over <= max(prof.bwd_release) + 1024, (family, plan_name, over)
 
 
 def test_plans_change_the_peak():

@@ -198,6 +198,12 @@ def test_the_loop_is_checked_against_the_profiles_gradient_regime():
         pytest.raises(GradRegimeError, match="set to None between steps"),
     ):
         _loop(h.model, batch, 2, set_to_none=False)
+    # A profile saved to a file and loaded back keeps its regime (in its source).
+    with (
+        apply(copy.deepcopy(model), plan, prof.profile, check_regime="raise") as h,
+        pytest.raises(GradRegimeError),
+    ):
+        _loop(h.model, batch, 2, set_to_none=False)
     assert prof.grad_regime == "none"
 
 
@@ -239,7 +245,7 @@ def test_autocast_and_gradient_accumulation_stay_bitwise():
 def test_a_partial_option_policy_recomputes_bitwise(policy):
     from torch.utils.checkpoint import checkpoint
 
-    from planopt.runtime.applystep import _sac_context
+    from planopt.runtime.checkpointing import sac_context
 
     model, _, _ = tiny("llama")
     block = model.model.layers[0]
@@ -258,7 +264,7 @@ def test_a_partial_option_policy_recomputes_bitwise(policy):
             lambda t: block(t, position_embeddings=pos),
             h,
             use_reentrant=False,
-            context_fn=lambda: _sac_context(policy),
+            context_fn=lambda: sac_context(policy),
         )
     )
     assert torch.equal(plain, sac)
@@ -309,7 +315,7 @@ def test_a_saving_policy_holds_more_than_a_recomputing_one():
     """The SAC policy is not vacuous: saving every op holds more after the forward."""
     from torch.utils.checkpoint import checkpoint
 
-    from planopt.runtime.applystep import _sac_context
+    from planopt.runtime.checkpointing import sac_context
     from planopt.runtime.tracker import LiveMemory
 
     model, _, _ = tiny("llama", size="act")
@@ -325,7 +331,7 @@ def test_a_saving_policy_holds_more_than_a_recomputing_one():
                 lambda t: block(t, position_embeddings=pos),
                 x,
                 use_reentrant=False,
-                context_fn=lambda p=policy: _sac_context(p),
+                context_fn=lambda p=policy: sac_context(p),
             )
         held[name] = lives.current - out.untyped_storage().nbytes()
         del out
@@ -377,3 +383,112 @@ def test_two_forwards_then_one_backward_stay_bitwise():
     with apply(m, plan, prof):
         planned = grads(m)
     assert all(torch.equal(a, b) for a, b in zip(plain, planned, strict=True))
+
+
+def test_solve_pinned_never_claims_optimal_for_the_real_profile():
+    from planopt.runtime import solve_pinned
+
+    prof = planopt.random_chain(6, seed=0, version=2)
+    sol = solve_pinned(prof, "90%", "auto", work_limit=1e5)
+    assert sol.plan is not None and sol.status is planopt.Status.FEASIBLE
+    assert sol.lower_bound is None and "re-scored on the in-place profile" in sol.message
+
+
+def test_a_batch_of_another_shape_is_warned_about_once():
+    from planopt.runtime import InputShapeWarning
+
+    model, batch, _ = tiny("gpt2")
+    prof = _profile(model, batch)
+    plan = Plan.build(["keep"] * len(prof.profile))
+    short = {k: v[:, :8] for k, v in batch.items()}
+    with apply(model, plan, prof), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        step_loss(model, batch, None).backward()  # the profiled shape: silent
+        assert not [w for w in caught if w.category is InputShapeWarning]
+        step_loss(model, short, None).backward()
+        step_loss(model, short, None).backward()
+    shape = [w for w in caught if w.category is InputShapeWarning]
+    assert len(shape) == 1 and "float32[2, 8, 32]" in str(shape[0].message)
+
+
+def test_signed_scratch_needs_cost_model_v3():
+    import planopt.profile
+
+    if hasattr(planopt.profile, "backward_frees"):
+        pytest.skip("cost model v3 is in: tests/test_runtime_apply_v3.py covers it")
+    model, batch, _ = tiny("gpt2")
+    with pytest.raises(planopt.errors.UnsupportedProfileError, match="needs cost model v3"):
+        _profile(model, batch, signed_scratch=True)
+
+
+class _Boom(nn.Module):
+    """A block that can be told to raise (an out-of-memory error, a bad input)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.fail = False
+
+    def forward(self, x):
+        if self.fail:
+            raise RuntimeError("boom")
+        return torch.relu(self.fc(x)) + x
+
+
+class _Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(_Boom() for _ in range(4))
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def test_a_forward_that_raises_inside_a_recompute_run_leaves_no_hooks_behind():
+    torch.manual_seed(0)
+    net = _Net()
+    x, y = torch.randn(4, 8), torch.randint(2, (4,))
+
+    def loss_fn(out, batch):
+        return torch.nn.functional.cross_entropy(out, batch[1])
+
+    prof = _profile(net, (x, y), loss_fn)
+    plan = Plan.build(["keep", "recompute", "recompute", "recompute", "swap", "keep"])
+    plain = copy.deepcopy(net)
+    step_loss(plain, (x, y), loss_fn).backward()
+    with apply(net, plan, prof):
+        net.blocks[2].fail = True
+        with pytest.raises(RuntimeError, match="boom"):
+            step_loss(net, (x, y), loss_fn)
+        assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None
+        net.blocks[2].fail = False
+        step_loss(net, (x, y), loss_fn).backward()
+    for a, b in zip(plain.parameters(), net.parameters(), strict=True):
+        assert torch.equal(a.grad, b.grad)
+
+
+def test_a_block_run_twice_in_a_step_is_refused():
+    from planopt.runtime.applystep import PlanCallError
+    from planopt.runtime.counting import ChainError
+
+    class Twice(_Net):
+        def forward(self, x):
+            for block in [*self.blocks, self.blocks[0]]:
+                x = block(x)
+            return self.head(x)
+
+    torch.manual_seed(0)
+    net, batch = Twice(), (torch.randn(4, 8), torch.randint(2, (4,)))
+
+    def loss_fn(out, b):
+        return torch.nn.functional.cross_entropy(out, b[1])
+
+    with pytest.raises(ChainError, match="must run once per step"):
+        _profile(net, batch, loss_fn)
+    prof = _profile(_Net(), batch, loss_fn)
+    with apply(net, Plan.build(["keep"] * 6), prof.profile), pytest.raises(PlanCallError):
+        step_loss(net, batch, loss_fn)
+    assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None

@@ -24,7 +24,14 @@ it beside the prediction (`planopt run-check` on the command line).
 The planner never imports this package: `import planopt` works without torch.
 """
 
-from planopt.runtime.apply import GradRegimeError, GradRegimeWarning, PlanHandle, apply
+from planopt.runtime.apply import (
+    GradRegimeError,
+    GradRegimeWarning,
+    InputShapeWarning,
+    PlanHandle,
+    apply,
+)
+from planopt.runtime.applystep import PlanCallError
 from planopt.runtime.chain import Chain, module_signature
 from planopt.runtime.check import CheckReport, check, format_check
 from planopt.runtime.counting import ChainError
@@ -52,9 +59,11 @@ __all__ = [
     "GradRegimeError",
     "GradRegimeWarning",
     "InPlaceProfile",
+    "InputShapeWarning",
     "LiveMemory",
     "Measurement",
     "ModelBlocks",
+    "PlanCallError",
     "PlanHandle",
     "RecomputeError",
     "ReferenceModel",

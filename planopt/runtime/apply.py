@@ -60,6 +60,10 @@ class GradRegimeWarning(UserWarning):
     """`GradRegimeError`'s message, as a warning (`check_regime="warn"`, the default)."""
 
 
+class InputShapeWarning(UserWarning):
+    """A step's blocks see another input shape or dtype than the profile measured."""
+
+
 def _options(plan: Plan, profile: Profile) -> list[tuple[int, ...] | None]:
     """Per layer, the op positions a partial option saves (cost model v3), or None."""
     names = getattr(plan, "options", None) or (None,) * len(plan)
@@ -148,6 +152,7 @@ class PlanHandle:
         self.solution = None
         self.steps = 0
         self._regime_checked = check_regime == "off"
+        self._shape_warned = False
         self._engines: dict[torch.device, CopyEngine] = {}
         self._current: PlanStep | None = None
         self._patched = Patched()
@@ -233,7 +238,12 @@ class PlanHandle:
             # forwards, then one backward of their summed losses, is a valid loop).
             step = self._current = PlanStep(self, static, device)
             with saved_tensors_hooks(step.pack, step.unpack):
-                out = original(*args, **kwargs)
+                try:
+                    out = original(*args, **kwargs)
+                except BaseException:
+                    step.abandon()  # inner hooks first: a checkpoint region left open
+                    self._current = None
+                    raise
             step.finish_forward(out)
             return out
 
@@ -250,6 +260,24 @@ class PlanHandle:
             return forward
 
         return make
+
+    def check_input(self, x: torch.Tensor) -> None:
+        """Warn (once) when a step's first block input is not the profiled one: the
+        memory the plan was solved for holds for the profiled shape and dtype only."""
+        if self._shape_warned:
+            return
+        sig = self.profile.layers[1].signature or ""
+        want = sig.partition("|in=")[2]
+        got = f"{str(x.dtype).removeprefix('torch.')}{list(x.shape)}"
+        if want and want != got:
+            self._shape_warned = True
+            warnings.warn(
+                f"input shape: the plan was solved for blocks whose input is {want}, got "
+                f"{got}; its predicted memory holds for the profiled batch only (profile "
+                "again for this shape)",
+                InputShapeWarning,
+                stacklevel=5,
+            )
 
     def _check_grad_regime(self) -> None:
         if self._regime_checked or self.steps == 0:

@@ -29,7 +29,7 @@ the blocks' recorded calls from the run's base, so checkpoint saves only the
 base and preserves RNG and autocast as it does for one call. Early stop is
 off, so the replay reaches the run's top output: when the next layer reads
 it (`saves_input`), it is dropped after the forward and regenerated with the
-run, as the cost model says. A tiny `_Trigger` saved last in the region lets
+run, as the cost model says. A tiny `Trigger` saved last in the region lets
 the step start the regeneration at the cost model's block step (its
 `saved_tensors` is unpacked from the step's hook).
 """
@@ -42,21 +42,21 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.utils.checkpoint import (
-    CheckpointPolicy,
-    _checkpoint_without_reentrant_generator,
-    create_selective_checkpoint_contexts,
-    noop_context_fn,
-)
+from torch.utils.checkpoint import noop_context_fn
 
+from planopt.errors import PlanoptError
 from planopt.plan import RECOMPUTE, SWAP
-from planopt.runtime.recompute import buffers_unchanged
+from planopt.runtime.checkpointing import Trigger, buffers_kept, checkpoint_region, sac_context
 from planopt.runtime.regions import call_tensors, first_tensor, with_hidden, without_hidden
 from planopt.runtime.steps import BackwardSteps
 from planopt.runtime.storage import TensorMeta, byte_view, plain, storage_key, view_on
 
 if TYPE_CHECKING:
     from planopt.runtime.apply import PlanHandle
+
+
+class PlanCallError(PlanoptError, RuntimeError):
+    """The model runs its blocks otherwise than the profile saw (a block twice in a step)."""
 
 
 class Saved:
@@ -70,19 +70,6 @@ class Saved:
         self.tensor = t
 
 
-class _Trigger(torch.autograd.Function):
-    """Saves one tiny tensor inside a checkpoint region: unpacking it regenerates the region."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(x)
-        return x.detach().clone()
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        return grad
-
-
 class Owner:
     """A swapped or recomputed layer's products in one step."""
 
@@ -94,6 +81,8 @@ class Owner:
         self.outputs: list[Saved] = []
         self.host = None
         self.back = None
+        self.order: list[int] = []  # internal storage keys, in copy order
+        self.out_read = False  # the output was copied too (it has a backward reader)
         self.released = False
 
     def add_internal(self, key: int, t: torch.Tensor) -> Saved:
@@ -177,17 +166,14 @@ class Run:
         self.dummy = torch.zeros(1, requires_grad=True)
 
     def open(self, base: torch.Tensor, context_fn=noop_context_fn) -> None:
-        self.gen = _checkpoint_without_reentrant_generator(
-            self._replay, True, context_fn, "default", False, False, base
-        )
-        next(self.gen)
+        self.gen = checkpoint_region(self._replay, base, context_fn)
 
     def record(self, original, args: tuple, kwargs: dict) -> None:
         self.calls.append((original, *without_hidden(args, kwargs)))
 
     def close(self) -> None:
         if self.step.regenerates_top(self.top):
-            self.trigger = _Trigger.apply(self.dummy)
+            self.trigger = Trigger.apply(self.dummy)
         with contextlib.suppress(StopIteration):
             next(self.gen)
         self.gen = None
@@ -195,32 +181,25 @@ class Run:
     def _replay(self, base: torch.Tensor) -> None:
         h = base
         # A replay must not update buffers twice (batch-norm running statistics).
-        with buffers_unchanged(self.step.handle.run_modules(self.first, self.top)):
+        with buffers_kept(self.step.handle.run_modules(self.first, self.top)):
             for original, args, kwargs in self.calls:
                 a, k = with_hidden(args, kwargs, h)
                 h = first_tensor(original(*a, **k))
         if self.step.regenerates_top(self.top):
-            _Trigger.apply(self.dummy)
+            Trigger.apply(self.dummy)
             self.step.owner(self.top).regenerated(plain(h))
+
+    def abandon(self) -> None:
+        """Close a region whose forward raised (its saved-tensor hooks are popped)."""
+        if self.gen is not None:
+            self.gen.close()
+            self.gen = None
 
     def regenerate(self) -> None:
         """The cost model's recompute block: unpack the trigger, which reruns the region."""
         if self.trigger is not None:
             trigger, self.trigger = self.trigger, None
             _ = trigger.grad_fn.saved_tensors
-
-
-def _sac_context(policy: tuple[int, ...]):
-    """Selective checkpoint contexts saving exactly the op positions in `policy`."""
-    keep = frozenset(policy)
-    counters = {False: 0, True: 0}
-
-    def policy_fn(ctx, op, *args, **kwargs) -> CheckpointPolicy:
-        position = counters[ctx.is_recompute]
-        counters[ctx.is_recompute] += 1
-        return CheckpointPolicy.MUST_SAVE if position in keep else CheckpointPolicy.PREFER_RECOMPUTE
-
-    return create_selective_checkpoint_contexts(policy_fn)
 
 
 class PlanStep:
@@ -242,6 +221,7 @@ class PlanStep:
         self.swapping: Owner | None = None
         self.foreign: set[int] = set()
         self.steps = BackwardSteps(handle.n, self._issue, self._end, self._finish)
+        self.entered: set[int] = set()
         self.top_read = {top: u != top for u, (_, top) in sched.block_at.items()}
 
     def owner(self, i: int) -> Owner:
@@ -291,9 +271,16 @@ class PlanStep:
     def block(self, r: int, original, args: tuple, kwargs: dict):
         """Block layer `r`'s forward under its action."""
         sched = self.sched
+        if r in self.entered:
+            raise PlanCallError(
+                f"layer {r} ({self.handle.blocks.names[r - 1]}): a planned block must run once "
+                "per step, got a second call in this forward"
+            )
+        self.entered.add(r)
         x = args[0] if args and isinstance(args[0], torch.Tensor) else kwargs.get("hidden_states")
         if r == 1:
             self.steps.watch(0, x)
+            self.handle.check_input(x)
         for w in sched.waiters.get(r, ()):
             self.copies.wait_out(self.owner(w).host)
         action = self.actions[r]
@@ -312,11 +299,12 @@ class PlanStep:
         elif option is not None:
             if action is SWAP:
                 raise NotImplementedError  # refused by apply's checks
-            run = Run(self, r, r)
-            run.open(x, functools.partial(_sac_context, option))
+            run = self.open_run = Run(self, r, r)
+            run.open(x, functools.partial(sac_context, option))
             run.record(original, args, kwargs)
             out = original(*args, **kwargs)
             run.close()
+            self.open_run = None
         elif action is SWAP:
             self.swapping = self.owner(r)
             self.foreign = {storage_key(t) for t in call_tensors(args, kwargs)}
@@ -342,6 +330,9 @@ class PlanStep:
         elif action is RECOMPUTE and self.regenerates_top(r):
             self._route_output(h, self.owner(r))
         self.steps.watch(r, h)
+        if r == self.handle.n - 2:  # the suffix's forward starts here
+            for w in self.sched.waiters.get(r + 1, ()):
+                self.copies.wait_out(self.owner(w).host)
 
     def _route_output(self, h: torch.Tensor, owner: Owner) -> None:
         # NOTE: a storage key is an address, which a later storage may reuse
@@ -376,6 +367,13 @@ class PlanStep:
     def _finish(self) -> None:
         self.abort()
         self.handle.step_finished(self)
+
+    def abandon(self) -> None:
+        """The model's forward raised: close an open checkpoint region, keep nothing."""
+        if self.open_run is not None:
+            self.open_run.abandon()
+            self.open_run = None
+        self.abort()
 
     def abort(self) -> None:
         for owner in self.owners.values():

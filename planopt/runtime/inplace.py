@@ -25,6 +25,7 @@ gradient regime the steps ran in (`apply` checks the loop against it).
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from planopt.errors import UnsupportedProfileError
 from planopt.profile import Device, Layer, Profile
 from planopt.runtime.inplacestep import InstrumentedStep
 from planopt.runtime.link import measure_cuda_link
@@ -56,10 +58,28 @@ class InPlaceProfile:
     blocks: tuple[str, ...]
     grads_to_none: bool
     model: str
+    # Per layer, the bytes its backward frees before its allocations peak, beyond
+    # what its scratch absorbs: cost model v2 cannot say it (`bwd_work_bytes` >= 0),
+    # so the simulator over-predicts by up to this much inside that backward; v3's
+    # signed scratch can (`profile_with_release` measures the same on a chain).
+    bwd_release: tuple[int, ...] = ()
 
     @property
     def grad_regime(self) -> str:
         return "none" if self.grads_to_none else "kept"
+
+
+def _backward_frees():
+    """Cost model v3's floor of a backward's scratch (`planopt.profile.backward_frees`)."""
+    import planopt.profile
+
+    frees = getattr(planopt.profile, "backward_frees", None)
+    if frees is None:
+        raise UnsupportedProfileError(
+            "signed_scratch: needs cost model v3 (a negative bwd_work_bytes), which this "
+            "planopt does not have; profile with signed_scratch=False"
+        )
+    return lambda layers, i: frees(tuple(layers), i)
 
 
 def _cpu_link_error() -> ValueError:
@@ -82,6 +102,7 @@ def profile_in_place(
     optimizer: torch.optim.Optimizer | None = None,
     timer: str = "wall",
     name: str | None = None,
+    signed_scratch: bool = False,
 ) -> InPlaceProfile:
     """Measure `model` on `batch` in place (module docstring); the model is left as found.
 
@@ -90,7 +111,12 @@ def profile_in_place(
     `link`: the host link (required on CPU, measured on CUDA when omitted).
     `grads_to_none`: gradients set to None between steps (True, what
     `optimizer.zero_grad()` does by default) or kept and zeroed in place.
+    `signed_scratch` (cost model v3): a backward that frees before its
+    gradients peak gets a negative `bwd_work_bytes` (its `bwd_release`,
+    down to the floor v3 allows) instead of 0, so the simulator does not
+    over-predict there; only methods that accept signed scratch plan it.
     """
+    frees = _backward_frees() if signed_scratch else None
     for what, value, low in (("iterations", iterations, 1), ("warmup", warmup, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{what} must be an integer >= {low}, got {value!r}")
@@ -140,7 +166,8 @@ def profile_in_place(
             resident=resident,
             loss_bytes=counted[-1]["out_bytes"] + seed,
         )
-    layers = []
+    layers: list[Layer] = []
+    release = tuple(c.pop("bwd_release") for c in counted)
     for r, c in enumerate(counted):
         shape, dtype = c.pop("shape")
         sig = None
@@ -167,6 +194,14 @@ def profile_in_place(
         f"warm-up. Static: parameters, buffers, batch, {static.note}, the loss and its seed "
         f"gradient; {grads}. Link: {link_note}."
     )
+    if frees is not None:
+        layers = [
+            dataclasses.replace(layer, bwd_work_bytes=-min(release[i], frees(layers, i)))
+            if release[i] and not layer.bwd_work_bytes
+            else layer
+            for i, layer in enumerate(layers)
+        ]
+        source += " Backward scratch signed (cost model v3): minus what each backward frees first."
     prof = Profile(
         name=name or type(model).__name__,
         device=link,
@@ -174,4 +209,4 @@ def profile_in_place(
         layers=tuple(layers),
         source=source,
     )
-    return InPlaceProfile(prof, found.names, grads_to_none, type(model).__name__)
+    return InPlaceProfile(prof, found.names, grads_to_none, type(model).__name__, release)

@@ -58,6 +58,7 @@ class InstrumentedStep:
         self.n = len(blocks) + 2
 
     def _run(self, on_enter, on_exit) -> torch.Tensor:
+        self.entered: set[int] = set()
         patched = Patched()
         try:
             for b, module in enumerate(self.blocks.modules):
@@ -78,6 +79,12 @@ class InstrumentedStep:
                         f"{where(r, blocks.names[r - 1])}: a block must be called with its "
                         "hidden state as a tensor (first argument or hidden_states=)"
                     )
+                if r in self.entered:
+                    raise ChainError(
+                        f"{where(r, blocks.names[r - 1])}: a block must run once per step, got "
+                        "a second call (a shared block): give blocks= the modules that run once"
+                    )
+                self.entered.add(r)
                 on_enter(r, x)
                 out = original(*args, **kwargs)
                 h = first_tensor(out)
@@ -141,6 +148,7 @@ class InstrumentedStep:
         grad_keys = [0] * (n + 1)
         param_grad = [0] * n
         bwd_work = [0] * n
+        release = [0] * n  # what B_t frees before its peak: v3's negative scratch
         b_start = [0] * n
         start_level = [0]
 
@@ -183,7 +191,9 @@ class InstrumentedStep:
         def end(t: int) -> None:
             param_grad[t] = lives.alive_from(f"B_{t}", exclude=grad_keys[t : t + 1])
             grown = probe.peak() - b_start[t]
-            bwd_work[t] = max(0, grown - (input_grad[t] if t else 0) - param_grad[t])
+            signed = grown - (input_grad[t] if t else 0) - param_grad[t]
+            bwd_work[t] = max(0, signed)
+            release[t] = max(0, -signed)
 
         steps = BackwardSteps(n, issue, end)
 
@@ -222,7 +232,7 @@ class InstrumentedStep:
         start_level[0] = probe.current() + seed
         layers = self._classify(regions)
         loss.backward()
-        return self._finish_layers(layers, input_grad, param_grad, bwd_work), seed
+        return self._finish_layers(layers, input_grad, param_grad, bwd_work, release), seed
 
     def _name(self, r: int) -> str:
         if r == 0:
@@ -278,9 +288,10 @@ class InstrumentedStep:
             )
         return out
 
-    def _finish_layers(self, layers, input_grad, param_grad, bwd_work) -> list[dict]:
+    def _finish_layers(self, layers, input_grad, param_grad, bwd_work, release) -> list[dict]:
         for t, layer in enumerate(layers):
             layer["input_grad_bytes"] = input_grad[t] if t > 0 else 0
             layer["param_grad_bytes"] = param_grad[t]
             layer["bwd_work_bytes"] = bwd_work[t]
+            layer["bwd_release"] = release[t]
         return layers

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 import planopt
+import planopt.profile
 from planopt.errors import BudgetError
 from planopt.plan import KEEP, Plan
 from planopt.profile import Device, Profile
@@ -67,7 +68,13 @@ def solving_profile(profile: Profile) -> Profile:
     first = profile.layers[0]
     folded = dataclasses.replace(first, saved_bytes=0, out_bytes=0)
     static = profile.static_bytes + first.saved_bytes + first.out_bytes
-    layers = (folded, *profile.layers[1:])
+    layers = [folded, *profile.layers[1:]]
+    frees = getattr(planopt.profile, "backward_frees", None)  # cost model v3
+    for i in (0, 1):  # what B_0 and B_1 free shrank: a signed scratch may not go lower
+        if frees is not None and i < len(layers) and layers[i].bwd_work_bytes < 0:
+            floor = frees(tuple(layers), i)
+            work = max(layers[i].bwd_work_bytes, -floor)
+            layers[i] = dataclasses.replace(layers[i], bwd_work_bytes=work)
     return profile.replace_layers(layers, static_bytes=static, name=f"{profile.name} (solving)")
 
 
@@ -94,8 +101,8 @@ def solve_pinned(
         plan = _pinned(sol.plan, profile)
         schedule = planopt.simulate(profile, plan, target)
         if schedule.feasible:
-            pinned = plan.actions != sol.plan.actions
-            status = Status.FEASIBLE if sol.status is Status.OPTIMAL and pinned else sol.status
+            # "optimal" held for the solving profile, not for this one: say feasible.
+            status = Status.FEASIBLE if sol.status is Status.OPTIMAL else sol.status
             return dataclasses.replace(
                 sol,
                 plan=plan,
@@ -104,8 +111,8 @@ def solve_pinned(
                 budget=target,
                 lower_bound=None,
                 message=(sol.message + "; " if sol.message else "")
-                + "solved with the prefix in static memory, prefix and suffix kept, "
-                "re-scored on the in-place profile",
+                + f"solved ({sol.status.value}) with the prefix in static memory, prefix and "
+                "suffix kept, re-scored on the in-place profile",
             )
         last = schedule.peak_bytes
         ask = ask - (schedule.peak_bytes - target)
@@ -132,6 +139,7 @@ def plan_model(
     iterations: int = 3,
     warmup: int = 1,
     check_regime: str = "warn",
+    signed_scratch: bool = False,
     **options,
 ) -> PlanHandle:
     """Profile `model` in place, solve for `budget`, apply the plan (module docstring).
@@ -141,6 +149,7 @@ def plan_model(
     a link given is also emulated by the copies). `grads_to_none`: the loop
     sets gradients to None between steps (`optimizer.zero_grad()`'s default).
     `options` go to `planopt.solve` (`work_limit`, `seed`, a method's own).
+    `signed_scratch`: see `profile_in_place` (cost model v3).
     The handle carries `solution` and `inplace` (the `InPlaceProfile`).
     """
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
@@ -155,6 +164,7 @@ def plan_model(
         warmup=warmup,
         grads_to_none=grads_to_none,
         optimizer=optimizer,
+        signed_scratch=signed_scratch,
     )
     solution = solve_pinned(inplace.profile, budget, method, **options)
     if solution.plan is None:
