@@ -87,7 +87,7 @@ def checks(rows: Sequence) -> dict:
     beaten = [
         (r, q, w)
         for r in rows
-        if not r.planopt
+        if not r.planopt and r.family != "plain"
         for q, w in [ratio(r, rows)]
         if q is not None and q < 1
     ]
@@ -144,41 +144,62 @@ def write_markdown(rows: Sequence, meta: dict, path: Path, summary: str = "") ->
     path.write_text("\n".join(lines) + "\n")
 
 
-MARKERS = {
-    "plain": ("k", "o"),
-    "planopt": ("tab:red", "*"),
-    "hf": ("tab:blue", "s"),
-    "sac": ("tab:green", "^"),
-    "compile": ("tab:purple", "D"),
-    "save_on_cpu": ("tab:orange", "v"),
+COLORS = {
+    "plain": "black",
+    "planopt": "tab:red",
+    "hf": "tab:blue",
+    "sac": "tab:green",
+    "compile": "tab:purple",
+    "save_on_cpu": "tab:orange",
 }
+SHAPES = "o*sD^vP<>Xhp"
 
 
 def write_figure(rows: Sequence, path: Path) -> None:
-    """Measured peak against step time, one panel per model, one marker per method family."""
+    """Measured peak against step time, one panel per model, one marker per method.
+
+    Colour: the method's family (planopt red); shape: the method within it.
+    """
     from matplotlib.figure import Figure
 
     names = list(dict.fromkeys(r.model for r in rows))
-    fig = Figure(figsize=(4.2 * len(names), 4.0))
+    methods = list(dict.fromkeys((r.family, r.method) for r in rows if _ok(r)))
+    style = {}
+    for family in COLORS:
+        mine = [m for f, m in methods if f == family]
+        for k, method in enumerate(mine):
+            style[method] = (COLORS[family], SHAPES[k % len(SHAPES)])
+    fig = Figure(figsize=(4.0 * len(names), 5.6))
     axes = fig.subplots(1, len(names), squeeze=False)[0]
     for ax, name in zip(axes, names, strict=True):
-        for family, (color, marker) in MARKERS.items():
-            pts = [r for r in rows if r.model == name and r.family == family and _ok(r)]
-            if pts:
-                ax.scatter(
-                    [r.time * 1e3 for r in pts],
-                    [r.peak / 2**20 for r in pts],
-                    c=color,
-                    marker=marker,
-                    s=90 if family == "planopt" else 45,
-                    label=family,
-                    alpha=0.85,
-                )
+        for r in rows:
+            if r.model != name or not _ok(r):
+                continue
+            color, shape = style[r.method]
+            ax.scatter(
+                r.time * 1e3,
+                r.peak / 2**20,
+                c=color,
+                marker=shape,
+                s=110 if r.planopt else 50,
+                alpha=0.85,
+                label=r.method,
+            )
         ax.set_title(name)
         ax.set_xlabel("step time, ms (thread CPU + waits)")
         ax.set_ylabel("measured peak, MiB")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
+    handles = {}
+    for ax in axes:
+        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, h)
+    fig.legend(
+        handles.values(),
+        handles.keys(),
+        loc="lower center",
+        ncol=min(4, 2 * len(names)),
+        fontsize=7,
+    )
+    fig.tight_layout(rect=(0, 0.22, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
