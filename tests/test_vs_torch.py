@@ -34,7 +34,7 @@ def rows() -> list[Row]:
     torch.set_num_threads(1)
     try:
         return vs_torch.run_model(
-            "gpt2", scale="tiny", steps=1, warmup=0, groups=("eager", "planopt")
+            "gpt2", scale="tiny", steps=1, warmup=0, groups=("eager", "planopt"), emulate=False
         )
     finally:
         torch.set_num_threads(threads)
@@ -103,4 +103,5 @@ def test_the_ratio_compares_with_the_other_side_at_equal_or_lower_peak():
     assert vs_torch_report.ratio(by["plain"], rows) == (pytest.approx(1 / 1.2), "ours-60")
     checks = vs_torch_report.checks(rows)
     assert checks["slower"] == []
-    assert [r.method for r, _, _ in checks["beaten_baselines"]] == []
+    # ckpt (peak 50) is faster than ours-40, the only planopt row at or below 50
+    assert [(r.method, w) for r, _, w in checks["beaten_baselines"]] == [("ckpt", "ours-40")]
