@@ -13,7 +13,9 @@ weights and batch), one thread (`torch.set_num_threads(1)`):
   `LINK`, a PCIe 4.0 x16-like link), then `solve_pinned` at 70/50/30% of
   keep-all activation memory in the recompute-only space
   (`recompute-only`, exact) and the joint space (`exact`: keep, swap,
-  recompute), each plan `apply`-ed to the model as written; swaps run on
+  recompute), and at the least budget each space reaches (`min`), each
+  plan `apply`-ed to the model as written (whole blocks: cost model v2, no
+  menus; the prefix and suffix are kept, as `apply` plans blocks); swaps run on
   `ThreadCopies` over the emulated link on the compute thread's clock, so
   their stalls are in the step time;
 - the baselines of `experiments.vs_torch_methods` (HF checkpointing, op

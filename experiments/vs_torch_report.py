@@ -119,7 +119,12 @@ def checks(rows: Sequence) -> dict:
         "max_abs_error": max((abs(e) for _, e in errors if e is not None), default=math.nan),
         "slower": slower,
         "beaten_baselines": beaten,
-        "failed": [r for r in rows if r.error],
+        "at_least_as_fast": [
+            r for r in ours if ratio(r, rows)[0] is not None and r not in [x for x, _, _ in slower]
+        ],
+        "alone": [r for r in ours if ratio(r, rows)[0] is None],
+        "no_plan": [r for r in rows if r.planopt and "no plan" in r.error],
+        "failed": [r for r in rows if r.error and not (r.planopt and "no plan" in r.error)],
     }
 
 
@@ -165,7 +170,13 @@ def write_markdown(rows: Sequence, meta: dict, path: Path, summary: str = "") ->
             f"\n  - {r.model} {r.method}: {q:.2f}x {w} ({WHY.get(r.family, '')})"
             for r, q, w in c["beaten_baselines"]
         ),
-        f"- methods that failed: {len(c['failed'])}"
+        f"- planopt rows at least as fast as every baseline at equal or lower peak: "
+        f"{len(c['at_least_as_fast'])}; with no baseline at or below their peak: "
+        f"{len(c['alone'])}; slower than one (below): {len(c['slower'])}",
+        f"- budgets with no whole-block plan (prefix and suffix kept; the `min` rows give the "
+        f"least budget each space reaches): {len(c['no_plan'])}: "
+        + ", ".join(f"{r.model} {r.method.removeprefix('planopt ')}" for r in c["no_plan"]),
+        f"- baselines that failed: {len(c['failed'])}"
         + "".join(f"\n  - {r.model} {r.method}: {r.error}" for r in c["failed"]),
         "",
     ]
