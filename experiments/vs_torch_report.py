@@ -143,7 +143,10 @@ def write_markdown(rows: Sequence, meta: dict, path: Path, summary: str = "") ->
         f"copies), gradients set to None between steps for every method. Link for swaps: "
         f"{meta['link']}. Whole run: {meta['wall_seconds']} s wall. Peaks in MiB; `ratio` "
         "= this row's step time / the fastest row of the other side (planopt vs baselines) whose "
-        "measured peak is equal or lower (< 1: faster).",
+        "measured peak is equal or lower (< 1: faster). planopt plans whole blocks (cost "
+        "model v2, no per-operator menus) and keeps the model's prefix and suffix; "
+        "`min` = the least budget its space reaches on the model. Why a row loses is under "
+        "Checks; the same analysis in words is in `experiments/REPORT.md`.",
         "",
     ]
     if summary:
