@@ -75,7 +75,8 @@ INSTANT = planopt.Device("instantaneous (synchronous CPU copies)", 1e15, 1e15, 0
 BUDGETS = (70, 50, 30)
 SPACES = {"recompute-only": "recompute-only", "exact": "joint"}
 WORK_LIMIT = 2e7
-GROUPS = ("eager", "compile", "planopt")
+GROUPS = ("eager", "compile-default", "compile", "planopt")
+COMPILE_GROUPS = {"compile-default": (1.0,), "compile": tuple(p / 100 for p in BUDGETS)}
 
 
 @dataclass
@@ -283,7 +284,13 @@ def planopt_rows(
 
 
 def baseline_rows(
-    name: str, scale: str, steps: int, warmup: int, seed: int, eager: bool, compile_: bool
+    name: str,
+    scale: str,
+    steps: int,
+    warmup: int,
+    seed: int,
+    eager: bool,
+    fractions: tuple[float, ...],
 ) -> list[Row]:
     rows: list[Row] = []
     makers: list[tuple[str, str, Callable[[Bench], vm.Method]]] = [
@@ -303,15 +310,15 @@ def baseline_rows(
     ]
     if not eager:
         makers = []
-    if compile_:
-        for pct in BUDGETS:
-            makers.append(
-                (
-                    f"torch.compile, activation_memory_budget={pct / 100}",
-                    "compile",
-                    lambda b, f=pct / 100: vm.compiled(b, f),
-                )
+    for fraction in fractions:
+        default = " (default)" if fraction == 1.0 else ""
+        makers.append(
+            (
+                f"torch.compile, activation_memory_budget={fraction}{default}",
+                "compile",
+                lambda b, f=fraction: vm.compiled(b, f),
             )
+        )
     for label, family, maker in makers:
         bench = build(name, seed, scale)
         row = Row(name, label, family)
@@ -337,14 +344,14 @@ def run_model(
     """Every method of `groups` on model `name` (a list of rows, baselines first).
 
     Groups: "eager" (plain and the eager baselines), "compile" (torch.compile
-    at each budget), "planopt" (its plans).
+    at each budget), "compile-default" (at its default budget, 1.0: what
+    fusion alone does), "planopt" (its plans).
     """
     print(f"{name}: {build(name, seed, scale).config}", flush=True)
     rows: list[Row] = []
-    if "eager" in groups or "compile" in groups:
-        rows += baseline_rows(
-            name, scale, steps, warmup, seed, "eager" in groups, "compile" in groups
-        )
+    fractions = tuple(f for g in groups for f in COMPILE_GROUPS.get(g, ()))
+    if "eager" in groups or fractions:
+        rows += baseline_rows(name, scale, steps, warmup, seed, "eager" in groups, fractions)
     if "planopt" in groups:
         rows += planopt_rows(name, scale, steps, warmup, seed, emulate)
     return rows
