@@ -176,7 +176,8 @@ def compiled(bench: Bench, fraction: float) -> Method:
     torch._dynamo.reset()
     functorch_config.activation_memory_budget = fraction
     return Method(
-        f"torch.compile, activation_memory_budget={fraction}",
+        f"torch.compile, activation_memory_budget={fraction}"
+        + (" (default)" if fraction == 1.0 else ""),
         "compile",
         torch.compile(bench.model),
         compiled=True,
