@@ -30,7 +30,7 @@ from planopt.errors import (
 )
 from planopt.io import load_plan, load_profile, save_plan, save_profile
 from planopt.plan import Action, Plan
-from planopt.profile import Device, Layer, Profile
+from planopt.profile import Device, Layer, LayerOption, Profile
 from planopt.random_chain import random_chain, repeated_chain
 from planopt.result import Solution, Status
 from planopt.schedule import Operation, Schedule
@@ -47,6 +47,7 @@ __all__ = [
     "InvalidPlanError",
     "InvalidProfileError",
     "Layer",
+    "LayerOption",
     "Operation",
     "OutputPathError",
     "Plan",

@@ -91,6 +91,7 @@ def solve(
     fn = spec.load()
     spec.check_options(options)
     check_option_types(spec.name, fn, options)
+    spec.check_profile(profile)
     minimum = min_budget(profile)
     if bytes_budget < minimum:
         return Solution(
@@ -201,6 +202,9 @@ def lower_bound(
     from solvers.model.relaxation import relaxation_bound
 
     profile = resolve_profile(profile)
+    # The relaxation models neither menus nor a negative scratch yet: its bound
+    # would not be valid for plans that use them (cost model v3).
+    registry.get("lower-bound").check_profile(profile)
     bytes_budget = parse_budget(budget, profile)
     limit = check_time_limit(time_limit)
     if not isinstance(relax, bool):

@@ -114,7 +114,10 @@ _BYTE_FIELDS = (
 
 def check_total_bytes(static: int, layers: Sequence[Layer]) -> None:
     """Static plus every byte field of every layer within MAX_TOTAL_BYTES (see the NOTE)."""
-    total = static + sum(getattr(layer, f) for layer in layers for f in _BYTE_FIELDS)
+    # abs: version 3's backward scratch may be negative; a regeneration's scratch
+    # exists at most once per layer at a time (its largest option's).
+    total = static + sum(abs(getattr(layer, f)) for layer in layers for f in _BYTE_FIELDS)
+    total += sum(max((o.regen_work_bytes for o in layer.options), default=0) for layer in layers)
     if total > MAX_TOTAL_BYTES:
         raise InvalidProfileError(
             f"profile: its sizes (static_bytes and every layer's byte fields) must sum to at "

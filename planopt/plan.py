@@ -8,106 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from planopt.action import KEEP, RECOMPUTE, SWAP, Action, parse_action
 from planopt.errors import InvalidPlanError, ProfileMismatchError, show, where
+from planopt.need import block_step, need_indices, reads_input, recompute_runs
 
 if TYPE_CHECKING:
     from planopt.profile import Profile
-
-
-class Action(StrEnum):
-    """What happens to a layer's saved tensor between forward and backward."""
-
-    KEEP = "keep"
-    SWAP = "swap"
-    RECOMPUTE = "recompute"
-
-    def __str__(self) -> str:
-        return self.value
-
-    @classmethod
-    def _missing_(cls, value: object) -> Action:
-        choices = ", ".join(a.value for a in cls)
-        raise InvalidPlanError(f"action must be one of {choices}, got {show(value)}")
-
-
-KEEP, SWAP, RECOMPUTE = Action.KEEP, Action.SWAP, Action.RECOMPUTE
-
-
-def parse_action(value: Any, index: int, name: str | None = None) -> Action:
-    """An `Action` from an enum member or its string; errors name the layer."""
-    if isinstance(value, Action):
-        return value
-    try:
-        return Action(value)
-    except (ValueError, TypeError):  # TypeError: an unhashable value
-        choices = ", ".join(a.value for a in Action)
-        raise InvalidPlanError(
-            f"{where(index, name)}: action must be one of {choices}, got {show(value)}"
-        ) from None
-
-
-def block_step(actions: Sequence[Action], top: int, profile: Profile | None = None) -> int:
-    """The backward step at which the recompute run ending at `top` is regenerated.
-
-    `top + 1` when that layer exists and its backward reads the run's top
-    output (`saves_input`), else `top` (spec v2: "The plan"; without a
-    profile, version 1's rule: always `top`).
-    """
-    nxt = top + 1
-    if profile is not None and nxt < len(actions) and profile.layers[nxt].saves_input:
-        return nxt
-    return top
-
-
-def need_indices(actions: Sequence[Action], profile: Profile | None = None) -> list[int]:
-    """`need(i)` for every layer: the highest backward step holding a reader of layer
-    `i`'s products (`i`, `i+1`, or the step of the recompute block above), `i` if none.
-
-    Without a profile, version 1's rule (every layer's backward reads its own
-    output, none reads its input): `i`, or the top of the recompute run above.
-    Version 2's need is never below version 1's, so a plan valid for the
-    profile also passes the profile-free check.
-    """
-    n = len(actions)
-    need = list(range(n))
-    layers = None if profile is None else profile.layers
-    i = n - 1
-    while i >= 0:
-        if actions[i] is RECOMPUTE:
-            top = i
-            j = i
-            while j >= 0 and actions[j] is RECOMPUTE:
-                j -= 1
-            # j is the base below the run (or -1); the run is j+1 .. top.
-            if j >= 0:
-                need[j] = block_step(actions, top, profile)
-            i = j
-        else:
-            i -= 1
-    if layers is not None:
-        for i in range(n - 1):
-            if layers[i + 1].saves_input and need[i] < i + 1:
-                need[i] = i + 1
-    return need
-
-
-def recompute_runs(actions: Sequence[Action]) -> list[tuple[int, int]]:
-    """Maximal runs of recompute layers as `(first, top)`, bottom to top."""
-    runs: list[tuple[int, int]] = []
-    i, n = 0, len(actions)
-    while i < n:
-        if actions[i] is RECOMPUTE:
-            j = i
-            while j + 1 < n and actions[j + 1] is RECOMPUTE:
-                j += 1
-            runs.append((i, j))
-            i = j + 1
-        else:
-            i += 1
-    return runs
 
 
 @dataclass(frozen=True)
@@ -116,7 +24,9 @@ class Plan:
 
     `profile` is the fingerprint of the profile the plan was made for (or
     None for hand-written plans); `names` are optional layer names that must
-    match the profile's when present.
+    match the profile's when present. `options` (cost model v3) names the
+    option of a kept or swapped layer's menu, None for the whole layer;
+    given as None it means no option anywhere, and is stored as a tuple.
     """
 
     actions: tuple[Action, ...]
@@ -124,6 +34,7 @@ class Plan:
     swap_wait: tuple[int | None, ...]
     names: tuple[str | None, ...] | None = None
     profile: str | None = None
+    options: tuple[str | None, ...] | None = None
 
     def __post_init__(self) -> None:
         for attr in ("actions", "prefetch_at", "swap_wait", "names"):
@@ -152,6 +63,7 @@ class Plan:
             return names[i] if names else None
 
         actions = tuple(parse_action(a, i, name_of(i)) for i, a in enumerate(self.actions))
+        options = _check_options(self.options, actions, name_of)
         need = need_indices(actions)
         # NOTE: the common case is checked without building a message (the
         # messages cost more than the checks: 1 s of every 10^5-layer plan,
@@ -187,6 +99,7 @@ class Plan:
         object.__setattr__(self, "prefetch_at", tuple(self.prefetch_at))
         object.__setattr__(self, "swap_wait", tuple(self.swap_wait))
         object.__setattr__(self, "names", names)
+        object.__setattr__(self, "options", options)
 
     # -- construction -----------------------------------------------------
 
@@ -198,12 +111,14 @@ class Plan:
         swap_wait: Sequence[int | None] | None = None,
         *,
         profile: Profile | None = None,
+        options: Sequence[str | None] | None = None,
     ) -> Plan:
         """A plan from actions, filling the defaults the spec leaves open.
 
         A swapped layer without `prefetch_at` prefetches one backward step
         ahead of need (`min(need(i) + 1, L - 1)`, vDNN's rule); with
-        `profile`, the plan carries its names and fingerprint.
+        `profile`, the plan carries its names and fingerprint. `options`
+        names each layer's chosen option (None: the whole layer).
         """
         for what, value in (
             ("actions", actions),
@@ -220,7 +135,13 @@ class Plan:
             raise InvalidPlanError(
                 f"plan: must have one entry per profile layer ({len(profile.layers)}), got {n}"
             )
-        need = need_indices(acts, profile)
+        if options is not None:
+            _check_sequence(options, "options")
+            if len(options) != n:
+                raise InvalidPlanError(
+                    f"plan: options must have one entry per layer ({n}), got {len(options)}"
+                )
+        need = need_indices(acts, profile, options)
         prefetch = list(prefetch_at) if prefetch_at is not None else [None] * n
         wait = list(swap_wait) if swap_wait is not None else [None] * n
         if len(prefetch) == n:
@@ -242,7 +163,11 @@ class Plan:
                 )
             names = profile.names
             fingerprint = profile.fingerprint
-        return cls(tuple(acts), tuple(prefetch), tuple(wait), names, fingerprint)
+        chosen = None if options is None else tuple(options)
+        plan = cls(tuple(acts), tuple(prefetch), tuple(wait), names, fingerprint, chosen)
+        if profile is not None and plan.has_options:
+            plan.check(profile)
+        return plan
 
     @classmethod
     def keep_all(cls, profile: Profile | str) -> Plan:
@@ -255,9 +180,14 @@ class Plan:
     def __len__(self) -> int:
         return len(self.actions)
 
+    @property
+    def has_options(self) -> bool:
+        """Whether any layer takes an option of its menu (a version-3 plan)."""
+        return any(option is not None for option in self.options or ())
+
     def need(self, profile: Profile | None = None) -> list[int]:
         """`need(i)` per layer (version 1's rule without `profile`)."""
-        return need_indices(self.actions, profile)
+        return need_indices(self.actions, profile, self.options if profile else None)
 
     def runs(self) -> list[tuple[int, int]]:
         return recompute_runs(self.actions)
@@ -288,8 +218,16 @@ class Plan:
                     raise InvalidPlanError(
                         f"{where(i, theirs)}: name must match the profile, got {show(mine)}"
                     )
+        options = self.options or ()
+        for i, option in enumerate(options):
+            if option is not None and not any(o.name == option for o in profile.layers[i].options):
+                menu = ", ".join(repr(o.name) for o in profile.layers[i].options) or "none"
+                raise InvalidPlanError(
+                    f"{where(i, profile.names[i])}: option must name an option of the "
+                    f"layer's menu ({menu}), got {option!r}"
+                )
         if not profile.is_v1:
-            need = need_indices(self.actions, profile)
+            need = need_indices(self.actions, profile, self.options)
             for i, action in enumerate(self.actions):
                 if action is SWAP and self.prefetch_at[i] < need[i]:
                     raise InvalidPlanError(
@@ -302,12 +240,44 @@ class Plan:
         """This plan checked against `profile`, carrying its names and fingerprint."""
         self.check(profile)
         return Plan(
-            self.actions, self.prefetch_at, self.swap_wait, profile.names, profile.fingerprint
+            self.actions,
+            self.prefetch_at,
+            self.swap_wait,
+            profile.names,
+            profile.fingerprint,
+            self.options,
         )
 
     def summary(self) -> str:
         """`keep 5, swap 3, recompute 2`: the one-line description tables use."""
         return ", ".join(f"{a.value} {self.count(a)}" for a in Action)
+
+
+def _check_options(value: Any, actions: tuple[Action, ...], name_of: Any) -> tuple[str | None, ...]:
+    """The options tuple normalised (None: no option anywhere); refused on recompute."""
+    n = len(actions)
+    if value is None:
+        return (None,) * n
+    _check_sequence(value, "options")
+    if len(value) != n:
+        raise InvalidPlanError(
+            f"plan: options must have one entry per layer ({n}), got {len(value)}"
+        )
+    for i, option in enumerate(value):
+        if option is None:
+            continue
+        at = where(i, name_of(i))
+        if not isinstance(option, str) or not option:
+            raise InvalidPlanError(
+                f"{at}: option must be an option's name (a non-empty string) or None, "
+                f"got {show(option)}"
+            )
+        if actions[i] is RECOMPUTE:
+            raise InvalidPlanError(
+                f"{at}: option is only allowed for actions keep and swap (a recomputed "
+                f"layer is regenerated whole), got {option!r} with action recompute"
+            )
+    return tuple(value)
 
 
 def _check_sequence(value: Any, what: str) -> None:
@@ -334,3 +304,17 @@ def _check_index(value: Any, low: int, high: int, what: str, *, required: bool) 
         raise InvalidPlanError(f"{what} must be an integer layer index, got {show(value)}")
     if not low <= value <= high:
         raise InvalidPlanError(f"{what} must be in [{low}, {high}], got {value}")
+
+
+__all__ = [
+    "KEEP",
+    "RECOMPUTE",
+    "SWAP",
+    "Action",
+    "Plan",
+    "block_step",
+    "need_indices",
+    "parse_action",
+    "reads_input",
+    "recompute_runs",
+]

@@ -32,6 +32,7 @@ OP_COLORS = {
     OpKind.RECOMPUTE: "#DD8452",
     OpKind.COPY_OUT: "#8172B3",
     OpKind.COPY_BACK: "#C44E52",
+    OpKind.REGENERATE: "#CCB974",
 }
 OP_LABELS = {
     OpKind.FORWARD: "forward",
@@ -39,6 +40,7 @@ OP_LABELS = {
     OpKind.RECOMPUTE: "recompute",
     OpKind.COPY_OUT: "copy out (swap)",
     OpKind.COPY_BACK: "copy back (prefetch)",
+    OpKind.REGENERATE: "regenerate (partial layer)",
 }
 STALL_COLOR = "#E8E8E8"
 BUDGET_COLOR = "#D62728"

@@ -54,20 +54,25 @@ class MeteredScorer:
         free_copies: Collection[int] = (),
         *,
         stop: Callable[[], bool] | None = None,
+        options: Sequence[str | None] | None = None,
     ) -> tuple[float, int]:
         """Charged in full before it runs, so a `stop` (a deadline) never changes the work."""
         self.meter.charge(self.cost)
-        return self.base.score(actions, prefetch_at, swap_wait, free_copies, stop=stop)
+        return self.base.score(
+            actions, prefetch_at, swap_wait, free_copies, stop=stop, options=options
+        )
 
     def score_plan(self, plan: Plan) -> tuple[float, int]:
         self.meter.charge(self.cost)
         return self.base.score_plan(plan)
 
-    def makespan(self, actions, prefetch_at, swap_wait, free_copies: Collection[int] = ()) -> float:
-        return self.score(actions, prefetch_at, swap_wait, free_copies)[0]
+    def makespan(
+        self, actions, prefetch_at, swap_wait, free_copies: Collection[int] = (), options=None
+    ) -> float:
+        return self.score(actions, prefetch_at, swap_wait, free_copies, options=options)[0]
 
-    def peak(self, actions, prefetch_at, swap_wait) -> int:
-        return self.score(actions, prefetch_at, swap_wait)[1]
+    def peak(self, actions, prefetch_at, swap_wait, options=None) -> int:
+        return self.score(actions, prefetch_at, swap_wait, options=options)[1]
 
 
 @dataclass(frozen=True)

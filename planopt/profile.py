@@ -20,6 +20,7 @@ from planopt.limits import (
     check_seconds,
     check_total_bytes,
 )
+from planopt.menu import LayerOption, check_options, check_signed_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +68,8 @@ class Layer:
     backward reads; `input_grad_bytes` is the gradient of `x_i` that `B_i`
     writes and `param_grad_bytes` the parameter gradients it first
     allocates. `Layer.v1(...)` builds the version-1 reading of one number.
+    Version 3 adds `options` (the layer's menu of partial options) and lets
+    `bwd_work_bytes` be negative, down to the floor `Profile` checks.
     """
 
     name: str
@@ -81,6 +84,7 @@ class Layer:
     fwd_work_bytes: int = 0
     bwd_work_bytes: int = 0
     signature: str | None = None
+    options: tuple[LayerOption, ...] = ()
 
     @classmethod
     def v1(
@@ -111,11 +115,18 @@ class Layer:
         """Whether this layer is the version-1 reading of one saved size."""
         return (
             self.saved_bytes == 0
+            and not self.options
+            and self.bwd_work_bytes >= 0
             and self.saves_output
             and not self.saves_input
             and self.input_grad_bytes == 0
             and self.param_grad_bytes == 0
         )
+
+    @property
+    def is_v3(self) -> bool:
+        """Whether this layer uses a version-3 feature: a menu or a negative scratch."""
+        return bool(self.options) or self.bwd_work_bytes < 0
 
     @property
     def product_bytes(self) -> int:
@@ -139,20 +150,53 @@ class Layer:
                 f"{at}: input_grad_bytes must be 0 for layer 0 (its input is the batch), "
                 f"got {input_grad}"
             )
+        saved = check_bytes(self.saved_bytes, f"{at}: saved_bytes")
         return Layer(
             name=self.name,
             fwd=check_seconds(self.fwd, f"{at}: fwd"),
             bwd=check_seconds(self.bwd, f"{at}: bwd"),
             out_bytes=check_bytes(self.out_bytes, f"{at}: out_bytes"),
-            saved_bytes=check_bytes(self.saved_bytes, f"{at}: saved_bytes"),
+            saved_bytes=saved,
             saves_input=_check_flag(self.saves_input, f"{at}: saves_input"),
             saves_output=_check_flag(self.saves_output, f"{at}: saves_output"),
             input_grad_bytes=input_grad,
             param_grad_bytes=check_bytes(self.param_grad_bytes, f"{at}: param_grad_bytes"),
             fwd_work_bytes=check_bytes(self.fwd_work_bytes, f"{at}: fwd_work_bytes"),
-            bwd_work_bytes=check_bytes(self.bwd_work_bytes, f"{at}: bwd_work_bytes"),
+            bwd_work_bytes=check_signed_bytes(self.bwd_work_bytes, f"{at}: bwd_work_bytes"),
             signature=self.signature,
+            options=check_options(self.options, at, saved),
         )
+
+
+def backward_frees(layers: tuple[Layer, ...], i: int) -> int:
+    """Bytes every plan frees at the end of `B_i`: the floor of its scratch is minus this.
+
+    The incoming gradient `g_{i+1}`, layer i's internals (kept, copied back,
+    regenerated or partly each: all freed there), its output when `B_i`
+    reads it, and its input when `B_i` reads it and `B_{i-1}` does not
+    (cost model v3, "Signed backward scratch"). Only the profile's flags
+    count: an option makes `B_i` the input's last reader in some plans, which
+    frees more, never less.
+    """
+    layer = layers[i]
+    freed = layer.saved_bytes + (layer.out_bytes if layer.saves_output else 0)
+    if i + 1 < len(layers):
+        freed += layers[i + 1].input_grad_bytes
+    if i > 0 and layer.saves_input and not layers[i - 1].saves_output:
+        freed += layers[i - 1].out_bytes
+    return freed
+
+
+def _check_scratch_floor(layers: tuple[Layer, ...]) -> None:
+    for i, layer in enumerate(layers):
+        if layer.bwd_work_bytes < 0:
+            floor = backward_frees(layers, i)
+            if -layer.bwd_work_bytes > floor:
+                raise InvalidProfileError(
+                    f"{where(i, layer.name)}: bwd_work_bytes must be at least -{floor} "
+                    f"(minus what B_{i} frees at its end: the incoming gradient and the "
+                    f"products whose last reader is B_{i}), got {layer.bwd_work_bytes}"
+                )
 
 
 @dataclass(frozen=True)
@@ -184,6 +228,7 @@ class Profile:
             if not isinstance(layer, Layer):
                 raise InvalidProfileError(f"layer {i}: must be a Layer, got {show(layer)}")
         checked = tuple(layer.validated(i) for i, layer in enumerate(layers))
+        _check_scratch_floor(checked)
         object.__setattr__(self, "layers", checked)
         if self.source is not None and not isinstance(self.source, str):
             raise InvalidProfileError(f"profile: source must be a string, got {show(self.source)}")
@@ -217,13 +262,25 @@ class Profile:
         return all(layer.is_v1 for layer in self.layers)
 
     @cached_property
+    def is_v3(self) -> bool:
+        """Whether any layer has a menu of options or a negative backward scratch."""
+        return any(layer.is_v3 for layer in self.layers)
+
+    @cached_property
+    def has_options(self) -> bool:
+        """Whether any layer has a menu of partial options."""
+        return any(layer.options for layer in self.layers)
+
+    @cached_property
     def fingerprint(self) -> str:
         """Hash of everything that changes a plan's meaning or cost.
 
         The profile's own `name` and `source` are metadata and left out, so a
         renamed copy of the same measurements accepts the same plans. A
         profile that is the version-1 reading of one saved size per layer
-        hashes exactly as version 1 did, so plans saved then stay valid.
+        hashes exactly as version 1 did, so plans saved then stay valid; one
+        without menus hashes as version 2 did (a negative scratch changes
+        the hash through its value), and menus enter under their own key.
         """
         payload: dict[str, Any] = {
             "device": [
@@ -252,6 +309,14 @@ class Profile:
                     layer.saves_output,
                     layer.input_grad_bytes,
                     layer.param_grad_bytes,
+                ]
+                for layer in self.layers
+            ]
+        if self.has_options:
+            payload["v3"] = [
+                [
+                    [o.name, o.saved_bytes, o.recompute, list(o.policy), o.regen_work_bytes]
+                    for o in layer.options
                 ]
                 for layer in self.layers
             ]

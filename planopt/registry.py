@@ -18,7 +18,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from planopt.errors import SolverOptionError, SolverUnavailableError, UnknownMethodError
+from planopt.errors import (
+    SolverOptionError,
+    SolverUnavailableError,
+    UnknownMethodError,
+    UnsupportedProfileError,
+)
 
 
 class Space(StrEnum):
@@ -41,6 +46,14 @@ def in_space(actions, space: Space | str) -> bool:
     """Whether a plan's actions lie in `space` (a fixed space holds every plan)."""
     allowed = SPACE_ACTIONS.get(Space(space))
     return allowed is None or all(str(a) in allowed for a in actions)
+
+
+class Menus(StrEnum):
+    """What a method does with a profile's menus of partial options (cost model v3)."""
+
+    PLANS = "plans"  # chooses, per kept or swapped layer, the whole layer or an option
+    WHOLE = "whole"  # a rule over whole layers: accepts menus, never takes an option
+    REFUSES = "refuses"  # does not model options yet: refuses a profile with menus
 
 
 class Role(StrEnum):
@@ -81,9 +94,14 @@ class MethodSpec:
     # Cheap enough (a few simulations per layer) to give every search and
     # exact method a starting plan: `solvers.search.starts` runs all of them.
     starter: bool = False
+    # Cost model v3: what the method does with menus, and whether it models a
+    # negative backward scratch (else it refuses such a profile).
+    menus: Menus = Menus.REFUSES
+    signed_scratch: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "space", Space(self.space))
+        object.__setattr__(self, "menus", Menus(self.menus))
         object.__setattr__(self, "role", Role(self.role))
         object.__setattr__(self, "requires", tuple(self.requires))
         object.__setattr__(self, "aliases", tuple(self.aliases))
@@ -97,6 +115,30 @@ class MethodSpec:
     def exact(self) -> bool:
         """Proves the optimum of its space (exact methods and oracles)."""
         return self.role in (Role.EXACT, Role.ORACLE)
+
+    @property
+    def space_label(self) -> str:
+        """The plan space in words: `joint`, `joint + options` when it plans over menus."""
+        return f"{self.space.value} + options" if self.menus is Menus.PLANS else self.space.value
+
+    def check_profile(self, profile: Any) -> None:
+        """Refuse a profile using a cost-model feature this method does not model yet."""
+        if profile.has_options and self.menus is Menus.REFUSES:
+            count = sum(1 for layer in profile.layers if layer.options)
+            able = ", ".join(n for n, spec in _METHODS.items() if spec.menus is Menus.PLANS)
+            raise UnsupportedProfileError(
+                f"method {self.name!r} does not plan over layer options yet: profile "
+                f"{profile.name!r} has a menu on {count} layer(s); methods that do: {able}"
+            )
+        if not self.signed_scratch:
+            for i, layer in enumerate(profile.layers):
+                if layer.bwd_work_bytes < 0:
+                    able = ", ".join(n for n, spec in _METHODS.items() if spec.signed_scratch)
+                    raise UnsupportedProfileError(
+                        f"method {self.name!r} does not model a negative backward scratch yet: "
+                        f"layer {i} ({layer.name}) has bwd_work_bytes {layer.bwd_work_bytes}; "
+                        f"methods that do: {able}"
+                    )
 
     def is_available(self) -> bool:
         return not missing_modules(self.requires)

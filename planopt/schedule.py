@@ -30,6 +30,7 @@ class OpKind(StrEnum):
     BACKWARD = "backward"
     COPY_OUT = "copy_out"
     COPY_BACK = "copy_back"
+    REGENERATE = "regenerate"  # a partial layer's R_i (cost model v3)
 
 
 OP_KINDS: tuple[OpKind, ...] = tuple(OpKind)
@@ -39,6 +40,7 @@ OP_RESOURCE: dict[OpKind, Resource] = {
     OpKind.BACKWARD: Resource.COMPUTE,
     OpKind.COPY_OUT: Resource.D2H,
     OpKind.COPY_BACK: Resource.H2D,
+    OpKind.REGENERATE: Resource.COMPUTE,
 }
 
 

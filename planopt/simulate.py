@@ -11,10 +11,14 @@ compute stream's order is fixed by the plan, each copy queue is FIFO in a
 fixed order), so no event heap is needed. Memory is one vectorised sweep
 over allocation and free events sorted by (time, frees first).
 
+Version 3 (a plan's options on partial layers, a negative backward
+scratch) runs through the same passes: `options` is one more list beside
+the actions (None: no layer partial, exactly version 2).
+
 NOTE (size): the timing pass and the memory sweep read the same structure
 of the plan (its recompute runs, where each is regenerated, which outputs
-have a backward reader: `Runs`); kept in one module so that structure is
-computed once and never travels between two.
+have a backward reader, which layers are partial: `Runs`); kept in one
+module so that structure is computed once and never travels between two.
 """
 
 from __future__ import annotations
@@ -64,6 +68,8 @@ class Timing:
     b_start: list[float]
     b_end: list[float]
     makespan: float
+    g_start: list[float] | None = None  # a partial layer's regeneration R_i (v3)
+    g_end: list[float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,11 +80,15 @@ class Runs:
     (at most one per step). `out_read[i]` says the output of layer `i` has a
     backward reader under this plan: `B_i` (`saves_output`), `B_{i+1}`
     (`saves_input` of the next layer) or the block of the run starting at
-    `i+1` (spec v2: "Layer i's products").
+    `i+1` (spec v2: "Layer i's products"). `part[i]` is the option `(h_k,
+    r_k, w_k)` of a partial layer (spec v3), None elsewhere; `reads_in[i]`
+    says step `i` reads its input (`saves_input`, or partial); length n + 1.
     """
 
     block_at: dict[int, tuple[int, int]]
     out_read: list[bool]
+    part: list[tuple[int, float, int] | None] | None = None
+    reads_in: list[bool] | None = None
 
 
 class Scorer:
@@ -128,30 +138,52 @@ class Scorer:
         self._pgrad = np.array([layer.param_grad_bytes for layer in layers], dtype=np.int64)
         self._saves_out = np.array(self.saves_output, dtype=bool)
         self._saves_in_next = np.array(self.saves_input[1:], dtype=bool)
+        # Each layer's menu by name: (h_k, r_k, w_k) (spec v3: "The menu").
+        self._menus = [
+            {o.name: (o.saved_bytes, o.recompute, o.regen_work_bytes) for o in layer.options}
+            for layer in layers
+        ]
+
+    def partial(self, options: Sequence[str | None] | None):
+        """Per layer, the chosen option's `(h_k, r_k, w_k)` (None: whole); None if none chosen."""
+        if options is None or all(o is None for o in options):
+            return None
+        return [None if o is None else self._menus[i][o] for i, o in enumerate(options)]
 
     # -- the plan's structure ------------------------------------------------------
 
-    def runs(self, actions: Sequence[Action]) -> Runs:
+    def runs(self, actions: Sequence[Action], options: Sequence[str | None] | None = None) -> Runs:
         """Recompute runs with their block steps, and which outputs have a reader."""
         n = self.n
         block_at: dict[int, tuple[int, int]] = {}
+        part = self.partial(options)
+        reads_in = self.saves_input
         out_read = list(self.out_read_always)
+        if part is not None:
+            # A partial layer reads its input (its regeneration does), as if it saved it.
+            reads_in = [flag or (i < n and part[i] is not None) for i, flag in enumerate(reads_in)]
+            for i in range(1, n):
+                if part[i] is not None:
+                    out_read[i - 1] = True
         i = 0
         while i < n:
             if actions[i] is RECOMPUTE:
                 first = i
                 while i + 1 < n and actions[i + 1] is RECOMPUTE:
                     i += 1
-                step = i + 1 if i + 1 < n and self.saves_input[i + 1] else i
+                step = i + 1 if i + 1 < n and reads_in[i + 1] else i
                 block_at[step] = (first, i)
                 if first > 0:
                     out_read[first - 1] = True  # the block's base
             i += 1
-        return Runs(block_at, out_read)
+        return Runs(block_at, out_read, part, reads_in)
 
     def copy_bytes(self, i: int, runs: Runs) -> int:
-        """`c_i`: what a swap of layer `i` copies (its internals, and its output if read)."""
-        return self.internals[i] + (self.out[i] if runs.out_read[i] else 0)
+        """`c_i`: what a swap of layer `i` copies (its kept internals, and its output if read)."""
+        kept = self.internals[i]
+        if runs.part is not None and runs.part[i] is not None:
+            kept = runs.part[i][0]
+        return kept + (self.out[i] if runs.out_read[i] else 0)
 
     def copy_durations(self, actions: Sequence[Action], runs: Runs | None = None):
         """Per-layer copy-out and copy-back seconds of this plan's swaps (lists)."""
@@ -159,14 +191,29 @@ class Scorer:
         pick = [1 if r else 0 for r in runs.out_read]
         out_dur = [self._out_dur[p][i] for i, p in enumerate(pick)]
         back_dur = [self._back_dur[p][i] for i, p in enumerate(pick)]
+        if runs.part is not None:
+            dev = self.device
+            for i, chosen in enumerate(runs.part):
+                if chosen is not None:
+                    nbytes = self.copy_bytes(i, runs)
+                    out_dur[i] = dev.d2h_seconds(nbytes)
+                    back_dur[i] = dev.h2d_seconds(nbytes)
         return out_dur, back_dur
 
-    def reads_back(self, t: int, actions: Sequence[Action]) -> list[int]:
-        """Swap layers whose copy back `B_t` must wait for (layer `t`, layer `t-1`)."""
+    def reads_back(self, t: int, actions: Sequence[Action], runs: Runs | None = None) -> list[int]:
+        """Swap layers whose copy back step `t` must wait for (layer `t`, layer `t-1`).
+
+        Step `t`'s first operation waits: `R_t` for a partial layer (whose own
+        copy counts when it holds kept internals or the output `B_t` reads),
+        else `B_t`.
+        """
+        chosen = None if runs is None or runs.part is None else runs.part[t]
+        reads_own = self._reads_own[t] if chosen is None else chosen[0] > 0 or self.saves_output[t]
+        reads_in = self.saves_input if runs is None or runs.reads_in is None else runs.reads_in
         out = []
-        if actions[t] is SWAP and self._reads_own[t]:
+        if actions[t] is SWAP and reads_own:
             out.append(t)
-        if t > 0 and self.saves_input[t] and actions[t - 1] is SWAP:
+        if t > 0 and reads_in[t] and actions[t - 1] is SWAP:
             out.append(t - 1)
         return out
 
@@ -228,6 +275,9 @@ class Scorer:
         r_end = [_NAN] * n
         b_start = [_NAN] * n
         b_end = [_NAN] * n
+        part = runs.part
+        g_start = None if part is None else [_NAN] * n
+        g_end = None if part is None else [_NAN] * n
         h2d_free = 0.0
         block_at = runs.block_at
         reads_own, saves_input = self._reads_own, self.saves_input
@@ -256,6 +306,18 @@ class Scorer:
                         r_start[j] = clock
                         clock += fwd[j]
                         r_end[j] = clock
+                if part is not None and part[t] is not None:
+                    # R_t waits for what step t reads back, then B_t follows at once.
+                    for w in self.reads_back(t, actions, runs):
+                        if back_end[w] > clock:
+                            clock = back_end[w]
+                    g_start[t] = clock
+                    clock += part[t][1]
+                    g_end[t] = clock
+                    b_start[t] = clock
+                    clock += bwd[t]
+                    b_end[t] = clock
+                    continue
                 # `reads_back(t, actions)`, inlined: it runs for every layer.
                 if actions[t] is SWAP and reads_own[t] and back_end[t] > clock:
                     clock = back_end[t]
@@ -278,10 +340,15 @@ class Scorer:
             b_start,
             b_end,
             makespan,
+            g_start,
+            g_end,
         )
 
-    def makespan(self, actions, prefetch_at, swap_wait, free_copies: Collection[int] = ()) -> float:
-        return self.timing(actions, prefetch_at, swap_wait, free_copies).makespan
+    def makespan(
+        self, actions, prefetch_at, swap_wait, free_copies: Collection[int] = (), options=None
+    ) -> float:
+        runs = self.runs(actions, options)
+        return self.timing(actions, prefetch_at, swap_wait, free_copies, runs).makespan
 
     # -- memory -------------------------------------------------------------
 
@@ -309,10 +376,17 @@ class Scorer:
         # The output's last backward reader: B_i, else B_{i+1}, else the block above
         # (which reads its base until the end of its first forward, F_{i+1}).
         out_read = np.array(runs.out_read, dtype=bool)
-        last_read = np.where(
-            self._saves_out, b_end, np.where(self._saves_in_next, b_end_next, r_end_next)
-        )
-        has_int = self._int > 0
+        in_next = self._saves_in_next
+        kept_int = self._int
+        if runs.part is not None:
+            # v3: a partial layer reads its input; it keeps h_k of its internals.
+            in_next = np.array(runs.reads_in[1 : n + 1], dtype=bool)
+            kept_int = np.array(
+                [s if c is None else c[0] for s, c in zip(self.internals, runs.part, strict=True)],
+                dtype=np.int64,
+            )
+        last_read = np.where(self._saves_out, b_end, np.where(in_next, b_end_next, r_end_next))
+        has_int = kept_int > 0
         int_free = np.where(keep, b_end, np.where(swap, np.fmax(out_end, f_end), f_end))
         int_free = np.where(has_int, int_free, f_end)
         out_free = np.where(keep, last_read, np.where(swap, np.fmax(out_end, fwd_use), fwd_use))
@@ -322,9 +396,7 @@ class Scorer:
         regen_use = np.append(r_end[1:], np.nan)
         top = rec & ~np.append(rec[1:], False)
         regen_use = np.where(top, r_end, regen_use)
-        regen_out_free = np.where(
-            self._saves_out, b_end, np.where(self._saves_in_next, b_end_next, regen_use)
-        )
+        regen_out_free = np.where(self._saves_out, b_end, np.where(in_next, b_end_next, regen_use))
         back_out = swap & out_read
         g_free = np.append(nan[:1], b_end[:-1])  # g_i is freed at the end of B_{i-1}
         allocs = [
@@ -354,10 +426,10 @@ class Scorer:
             b_end,
         ]
         sizes = [
-            self._int,
+            kept_int,
             self._out,
             self._fw,
-            np.where(swap, self._int, zero),
+            np.where(swap, kept_int, zero),
             np.where(back_out, self._out, zero),
             np.where(rec, self._int, zero),
             np.where(rec, self._out, zero),
@@ -366,18 +438,29 @@ class Scorer:
             self._pgrad,
             self._bw,
         ]
+        if runs.part is not None:
+            # v3: the dropped internals live through F_i; R_i regenerates them to
+            # the end of B_i, with its scratch while it runs.
+            dropped = self._int - kept_int
+            regen_work = np.array([0 if c is None else c[2] for c in runs.part], dtype=np.int64)
+            g_start, g_end = np.array(tm.g_start), np.array(tm.g_end)
+            allocs += [f_start, np.nan_to_num(g_start), np.nan_to_num(g_start)]
+            frees += [f_end, b_end, np.nan_to_num(g_end)]
+            sizes += [dropped, dropped, regen_work]
         return np.concatenate(allocs), np.concatenate(frees), np.concatenate(sizes)
 
     def memory(self, actions: Sequence[Action], tm: Timing, runs: Runs | None = None):
         """(peak bytes, time of peak, curve times, curve bytes)."""
         alloc, free, size = self._tensors(actions, tm, runs or self.runs(actions))
-        # NOTE: the spec frees before it allocates at one instant, so a tensor
+        # NOTE: the spec applies every decrease before any increase at one
+        # instant (v2: frees first; v3: a negative scratch takes effect with
+        # the frees and comes back with the allocations), so a tensor
         # allocated and freed at the same instant (a zero-duration operation's
         # scratch, say) never occupies memory: it is dropped here, which also
         # keeps the memory curve free of transient dips. Parameter gradients
         # are freed at the end of the step (an infinite time here); their
         # free is left out of the curve, which ends at their level.
-        live = (size > 0) & (free > alloc)
+        live = (size != 0) & (free > alloc)
         alloc, free, size = alloc[live], free[live], size[live]
         m = size.shape[0]
         if m == 0:
@@ -385,7 +468,7 @@ class Scorer:
             return self.static, 0.0, empty, empty.astype(np.int64)
         times = np.concatenate((alloc, free))
         delta = np.concatenate((size, -size))
-        prio = np.concatenate((np.ones(m, dtype=np.int8), np.zeros(m, dtype=np.int8)))
+        prio = (delta > 0).astype(np.int8)
         order = np.lexsort((prio, times))
         level = self.static + np.cumsum(delta[order])
         top = int(np.argmax(level))
@@ -394,8 +477,8 @@ class Scorer:
         finite = np.isfinite(curve_times)
         return peak, float(curve_times[top]), curve_times[finite], level[finite]
 
-    def peak(self, actions, prefetch_at, swap_wait) -> int:
-        return self.score(actions, prefetch_at, swap_wait)[1]
+    def peak(self, actions, prefetch_at, swap_wait, options=None) -> int:
+        return self.score(actions, prefetch_at, swap_wait, options=options)[1]
 
     def score(
         self,
@@ -405,22 +488,27 @@ class Scorer:
         free_copies: Collection[int] = (),
         *,
         stop: Callable[[], bool] | None = None,
+        options: Sequence[str | None] | None = None,
     ) -> tuple[float, int]:
-        """(makespan, peak bytes) of a valid plan given as lists (`stop`: see the NOTE)."""
-        runs = self.runs(actions)
+        """(makespan, peak bytes) of a valid plan given as lists (`stop`: see the NOTE).
+
+        `options` names each layer's option (spec v3; None: no layer partial).
+        """
+        runs = self.runs(actions, options)
         tm = self.timing(actions, prefetch_at, swap_wait, free_copies, runs, stop=stop)
         if stop is not None and self.n > STOP_EVERY and stop():
             raise SimulationStopped
         return tm.makespan, self.memory(actions, tm, runs)[0]
 
     def score_plan(self, plan: Plan) -> tuple[float, int]:
-        return self.score(plan.actions, plan.prefetch_at, plan.swap_wait)
+        return self.score(plan.actions, plan.prefetch_at, plan.swap_wait, options=plan.options)
 
     # -- full schedule --------------------------------------------------------
 
     def schedule(self, plan: Plan, budget: float | None = None) -> Schedule:
-        tm = self.timing(plan.actions, plan.prefetch_at, plan.swap_wait)
-        peak, peak_time, mem_t, mem_b = self.memory(plan.actions, tm)
+        runs = self.runs(plan.actions, plan.options)
+        tm = self.timing(plan.actions, plan.prefetch_at, plan.swap_wait, runs=runs)
+        peak, peak_time, mem_t, mem_b = self.memory(plan.actions, tm, runs)
         kinds, layers, starts, ends = [], [], [], []
         for kind, st, en in (
             (OpKind.FORWARD, tm.f_start, tm.f_end),
@@ -428,6 +516,7 @@ class Scorer:
             (OpKind.COPY_BACK, tm.back_start, tm.back_end),
             (OpKind.RECOMPUTE, tm.r_start, tm.r_end),
             (OpKind.BACKWARD, tm.b_start, tm.b_end),
+            (OpKind.REGENERATE, tm.g_start or [], tm.g_end or []),
         ):
             s = np.array(st)
             present = ~np.isnan(s)
@@ -437,6 +526,8 @@ class Scorer:
             starts.append(s[present])
             ends.append(np.array(en)[present])
         recompute = math.fsum(self.fwd[j] for j in range(self.n) if plan.actions[j] is RECOMPUTE)
+        if runs.part is not None:
+            recompute += math.fsum(c[1] for c in runs.part if c is not None)
         return Schedule(
             makespan=tm.makespan,
             peak_bytes=peak,

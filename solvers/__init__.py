@@ -24,6 +24,8 @@ METHODS: tuple[dict, ...] = (
         "space": "fixed",
         "role": "baseline",
         "starter": True,
+        "menus": "whole",
+        "signed_scratch": True,
     },
     {
         "name": "all-swap",
@@ -32,6 +34,8 @@ METHODS: tuple[dict, ...] = (
         "space": "fixed",
         "role": "baseline",
         "starter": True,
+        "menus": "whole",
+        "signed_scratch": True,
     },
     {
         "name": "sqrt-n",
@@ -40,6 +44,8 @@ METHODS: tuple[dict, ...] = (
         "space": "recompute-only",
         "role": "baseline",
         "starter": True,
+        "menus": "whole",
+        "signed_scratch": True,
     },
     {
         "name": "superneurons",
@@ -48,6 +54,8 @@ METHODS: tuple[dict, ...] = (
         "space": "fixed",
         "role": "baseline",
         "starter": True,
+        "menus": "whole",
+        "signed_scratch": True,
     },
     {
         "name": "pooch",
@@ -57,6 +65,8 @@ METHODS: tuple[dict, ...] = (
         "role": "heuristic",
         "aliases": ("greedy",),
         "starter": True,
+        "menus": "plans",
+        "signed_scratch": True,
     },
     {
         "name": "exact",
@@ -80,6 +90,8 @@ METHODS: tuple[dict, ...] = (
         "summary": "optimal keep/recompute plan by dynamic programming (exact bytes, any profile)",
         "space": "recompute-only",
         "role": "exact",
+        "menus": "plans",
+        "signed_scratch": True,
     },
     {
         "name": "swap-only",
@@ -95,6 +107,8 @@ METHODS: tuple[dict, ...] = (
         "summary": "enumerate every plan (test oracle; tiny nets only)",
         "space": "joint",
         "role": "oracle",
+        "menus": "plans",
+        "signed_scratch": True,
     },
     {
         "name": "blocks",

@@ -8,8 +8,11 @@ mistake there shows up as a disagreement instead of being shared.
 
 Enumeration order (it decides ties): action tuples in `itertools.product`
 order over (keep, swap, recompute) with layer 0 varying slowest; within one
-action tuple, swapped layers in index order, each trying `prefetch_at`
-ascending and, for each, `swap_wait` None first, then ascending.
+action tuple (version 3, a profile with menus), the options of the kept and
+swapped layers with a menu in `itertools.product` order, each layer trying
+the whole layer (None) first, then its menu in order; within those, swapped
+layers in index order, each trying `prefetch_at` ascending and, for each,
+`swap_wait` None first, then ascending.
 """
 
 from __future__ import annotations
@@ -27,6 +30,10 @@ ACTIONS: tuple[Action, ...] = (KEEP, SWAP, RECOMPUTE)
 _CHECK_EVERY = 256  # candidates between deadline checks
 
 RawPlan = tuple[tuple[Action, ...], tuple[int | None, ...], tuple[int | None, ...]]
+# A version-3 candidate: the raw plan and each layer's option (None: the whole layer).
+RawPlanV3 = tuple[
+    tuple[Action, ...], tuple[int | None, ...], tuple[int | None, ...], tuple[str | None, ...]
+]
 
 
 def _need(actions: tuple[Action, ...], i: int, saves_input: tuple[bool, ...]) -> int:
@@ -61,22 +68,51 @@ def enumerate_raw(
     n = n_layers
     flags = saves_input if saves_input is not None else (False,) * n
     for actions in itertools.product(ACTIONS, repeat=n):
-        per_swap: list[list[tuple[int, int, int | None]]] = []
-        for i, action in enumerate(actions):
-            if action is SWAP:
-                waits: list[int | None] = [None]
-                if with_swap_wait:
-                    waits += list(range(i + 1, n))
-                per_swap.append(
-                    [(i, p, w) for p in range(_need(actions, i, flags), n) for w in waits]
-                )
-        for combo in itertools.product(*per_swap):
-            prefetch: list[int | None] = [None] * n
-            wait: list[int | None] = [None] * n
-            for i, p, w in combo:
-                prefetch[i] = p
-                wait[i] = w
-            yield actions, tuple(prefetch), tuple(wait)
+        yield from _with_swaps(actions, n, with_swap_wait, flags)
+
+
+def enumerate_raw_v3(
+    n_layers: int,
+    *,
+    with_swap_wait: bool = True,
+    saves_input: tuple[bool, ...] | None = None,
+    menus: tuple[tuple[str, ...], ...] | None = None,
+) -> Iterator[RawPlanV3]:
+    """Every valid plan of a chain with menus, options included, in the module's order.
+
+    `menus[i]` names layer `i`'s options. A layer that takes an option reads
+    its input (spec v3), so it counts as saving it for `need`.
+    """
+    if n_layers < 1:
+        raise ValueError(f"n_layers must be >= 1, got {n_layers}")
+    n = n_layers
+    flags = saves_input if saves_input is not None else (False,) * n
+    menus = menus if menus is not None else ((),) * n
+    for actions in itertools.product(ACTIONS, repeat=n):
+        choices = [(None, *menus[i]) if actions[i] is not RECOMPUTE else (None,) for i in range(n)]
+        for options in itertools.product(*choices):
+            reads = tuple(flags[i] or options[i] is not None for i in range(n))
+            for raw in _with_swaps(actions, n, with_swap_wait, reads):
+                yield (*raw, options)
+
+
+def _with_swaps(
+    actions: tuple[Action, ...], n: int, with_swap_wait: bool, flags: tuple[bool, ...]
+) -> Iterator[RawPlan]:
+    per_swap: list[list[tuple[int, int, int | None]]] = []
+    for i, action in enumerate(actions):
+        if action is SWAP:
+            waits: list[int | None] = [None]
+            if with_swap_wait:
+                waits += list(range(i + 1, n))
+            per_swap.append([(i, p, w) for p in range(_need(actions, i, flags), n) for w in waits])
+    for combo in itertools.product(*per_swap):
+        prefetch: list[int | None] = [None] * n
+        wait: list[int | None] = [None] * n
+        for i, p, w in combo:
+            prefetch[i] = p
+            wait[i] = w
+        yield actions, tuple(prefetch), tuple(wait)
 
 
 def enumerate_plans(
@@ -118,16 +154,19 @@ def brute_force(
             f"optimum of a net this size with method 'exact' (--method exact)"
         )
     score = problem.scorer.score
-    best: RawPlan | None = None
+    best: RawPlanV3 | None = None
     best_key = (math.inf, math.inf)
     smallest_peak = math.inf
     tried = 0
     flags = tuple(layer.saves_input for layer in problem.profile.layers)
-    for candidate in enumerate_raw(n, with_swap_wait=with_swap_wait, saves_input=flags):
+    menus = tuple(tuple(o.name for o in layer.options) for layer in problem.profile.layers)
+    candidates = enumerate_raw_v3(n, with_swap_wait=with_swap_wait, saves_input=flags, menus=menus)
+    for candidate in candidates:
         if tried % _CHECK_EVERY == 0 and problem.expired():
             return _stopped(problem, best, best_key, tried)
         tried += 1
-        makespan, peak = score(*candidate)
+        actions, prefetch, wait, options = candidate
+        makespan, peak = score(actions, prefetch, wait, options=options)
         smallest_peak = min(smallest_peak, peak)
         if problem.fits(peak) and (makespan, peak) < best_key:
             best, best_key = candidate, (makespan, peak)
@@ -149,7 +188,7 @@ def brute_force(
 
 
 def _stopped(
-    problem: Problem, best: RawPlan | None, best_key: tuple[float, float], tried: int
+    problem: Problem, best: RawPlanV3 | None, best_key: tuple[float, float], tried: int
 ) -> SolverOutput:
     if best is None:
         return SolverOutput(
@@ -165,6 +204,6 @@ def _stopped(
     )
 
 
-def _as_plan(problem: Problem, raw: RawPlan) -> Plan:
-    actions, prefetch, wait = raw
-    return Plan.build(actions, prefetch, wait, profile=problem.profile)
+def _as_plan(problem: Problem, raw: RawPlanV3) -> Plan:
+    actions, prefetch, wait, options = raw
+    return Plan.build(actions, prefetch, wait, profile=problem.profile, options=options)

@@ -80,6 +80,10 @@ the plan returned is still the last one that fitted; cut short before any
 plan fitted (keep-all, all-swap and the stage-4 plan are each one
 simulation), the greedy answers `Status.TIMEOUT` with no plan.
 
+Cost model v3 (ours): on a profile with menus, stage 5 runs after stage 3
+(`solvers.pooch_menus` states its rule): each layer left swapped or
+recomputed whole is offered its menu's options, cheapest regeneration first.
+
 NOTE (size): one published algorithm whose four stages share one working
 plan and one set of acceptance helpers; this header's "published vs our
 reading" notes are the reason to keep them in one place.
@@ -96,6 +100,7 @@ from planopt.problem import Problem
 from planopt.result import SolverOutput, Status
 from planopt.simulate import STOP_EVERY, SimulationStopped, Timing
 from solvers.baselines import all_swap_actions
+from solvers.pooch_menus import take_options
 from solvers.scoring import free_copy_makespans
 
 # A swap cost at or below this fraction of the makespan counts as zero.
@@ -109,6 +114,7 @@ class _Work:
     actions: list[Action]
     prefetch: list[int | None]
     wait: list[int | None]
+    options: list[str | None] | None = None  # cost model v3: each layer's option
 
     def lists(self):
         return self.actions, self.prefetch, self.wait
@@ -125,6 +131,7 @@ class _Log:
     kept: int = 0
     recomputed: int = 0
     moved: int = 0
+    options: int = 0
 
 
 _Change = Callable[[int], Callable[[], None]]
@@ -162,7 +169,7 @@ class _Greedy:
 
     def score(self, w: _Work) -> tuple[float, int]:
         try:
-            return self.scorer.score(*w.lists(), stop=self.problem.out_of_time)
+            return self.scorer.score(*w.lists(), stop=self.problem.out_of_time, options=w.options)
         except SimulationStopped:
             raise _Expired from None
 
@@ -587,6 +594,7 @@ def pooch(problem: Problem, *, retry_over_budget: bool = False) -> SolverOutput:
             ("1", greedy.stage1),
             ("2", greedy.stage2),
             ("3", greedy.stage3),
+            ("5", lambda w: take_options(greedy, w)),
         ):
             stopped = name
             stage(w)
@@ -597,8 +605,10 @@ def pooch(problem: Problem, *, retry_over_budget: bool = False) -> SolverOutput:
     except _NoPlan as exc:
         return SolverOutput(None, Status.INFEASIBLE, message=str(exc))
     log = greedy.log
-    plan = Plan.build(w.actions, w.prefetch, w.wait, profile=problem.profile)
+    plan = Plan.build(w.actions, w.prefetch, w.wait, profile=problem.profile, options=w.options)
     parts = [plan.summary()]
+    if plan.has_options:
+        parts.append(f"stage 5 gave {log.options} layer(s) an option")
     waits = sum(1 for x in plan.swap_wait if x is not None)
     if log.stage4 or waits:
         parts.append(f"all-swap did not fit: stage 4 kept {waits} swap_wait")

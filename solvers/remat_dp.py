@@ -4,11 +4,15 @@ The space PyTorch's activation checkpointing, Checkmate and Rotor decide,
 under cost model v2 in exact bytes, for every profile the spec allows
 (`solvers.remat` holds the theorem, the bound and the search). Its plan is
 also an upper bound on the joint optimum: `seed_joint` hands it to the
-joint exact methods as a warm start (see its note).
+joint exact methods as a warm start (see its note). On a profile with
+menus (cost model v3) each layer is kept whole, kept with one of its
+options, or recomputed: `solvers.remat.menus` extends the theorem and
+solves that space exactly by labels.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from planopt.plan import Plan
@@ -17,6 +21,7 @@ from planopt.result import SolverOutput, Status
 from solvers.remat.certify import Certificate, certify
 from solvers.remat.chain import ChainModel
 from solvers.remat.floor import budget_floor
+from solvers.remat.menus import MenuChain, solve_menus
 from solvers.remat.minpeak import min_peak
 from solvers.remat.optimum import solve_room
 from solvers.remat.pychain import PyChain
@@ -27,6 +32,8 @@ from solvers.remat.short import SHORT_LAYERS
 def solve_certified(problem: Problem) -> tuple[SolverOutput, Certificate | None]:
     """The method's answer and, when it has a plan, the certificate behind it."""
     profile = problem.profile
+    if profile.has_options:
+        return _solve_menus(problem), None
     floor = budget_floor(profile)
     if math.floor(problem.budget) < floor:  # far below the space's minimum: no model needed
         return _infeasible(problem, f"at least {floor} bytes (a lower bound from the layers)"), None
@@ -69,6 +76,62 @@ def solve_certified(problem: Problem) -> tuple[SolverOutput, Certificate | None]
         else "no search"
     )
     return _output(profile, cert, detail), cert
+
+
+def _solve_menus(problem: Problem) -> SolverOutput:
+    """The keep/option/recompute optimum of a profile with menus (`solvers.remat.menus`)."""
+    profile = problem.profile
+    chain = MenuChain(profile)
+    room = math.floor(problem.budget) - profile.static_bytes
+    # The whole-layer optimum (the v2 DP, fast) is a plan of this space: the
+    # incumbent that prunes the labels.
+    bare = profile.replace_layers([dataclasses.replace(x, options=()) for x in profile.layers])
+    whole, _ = solve_certified(dataclasses.replace(problem, profile=bare, base_scorer=None))
+    incumbent = None
+    if whole.plan is not None:  # optimal, or the best when the limit came: a start either way
+        seconds = math.fsum(
+            x.fwd for x, a in zip(bare.layers, whole.plan.actions, strict=True) if a == "recompute"
+        )
+        incumbent = (seconds, tuple(a.value for a in whole.plan.actions))
+    result = solve_menus(
+        chain, room, incumbent=incumbent, charge=problem.meter.charge, expired=problem.expired
+    )
+    found = result.plan
+    if found is None:
+        if not result.proven:
+            return SolverOutput(
+                None,
+                Status.TIMEOUT,
+                message="remat-dp: the limit came before the search over menus ended",
+                stopped=True,
+            )
+        return SolverOutput(
+            None,
+            Status.INFEASIBLE,
+            message=(
+                f"remat-dp: no keep/option/recompute plan fits the budget "
+                f"{problem.budget:.0f} bytes (swaps may still fit)"
+            ),
+        )
+    plan = Plan.build(list(found.actions), profile=profile, options=list(found.options))
+    partial = sum(1 for o in found.options if o is not None)
+    if not result.proven:
+        return SolverOutput(
+            plan,
+            Status.FEASIBLE,
+            result.lower,
+            message=(
+                f"remat-dp: best plan over menus when the limit came ({partial} layer(s) "
+                f"with an option; the whole-layer optimum is the start)"
+            ),
+            stopped=True,
+        )
+    return SolverOutput(
+        plan,
+        Status.OPTIMAL,
+        found.makespan,
+        message=f"remat-dp: proven optimal over menus ({partial} layer(s) with an option)",
+    )
 
 
 def _unreachable(model: PyChain, room: int, charge, expired) -> str | None:

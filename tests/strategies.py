@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from planopt.budget import keep_all_peak, min_budget
 from planopt.plan import KEEP, RECOMPUTE, SWAP, Action, Plan, need_indices
-from planopt.profile import Device, Layer, Profile
+from planopt.profile import Device, Layer, LayerOption, Profile, backward_frees
 
 ACTIONS = (KEEP, SWAP, RECOMPUTE)
 ANY_ACTION = st.sampled_from(ACTIONS)
@@ -198,6 +198,79 @@ def v2_profile_and_plan(draw, min_layers: int = 1, max_layers: int = 6, **kw):
     """`(profile, plan)`: a version-2 profile and a plan valid for it."""
     profile = draw(v2_profiles(min_layers, max_layers, **kw))
     return profile, draw(plans(profile))
+
+
+# -- version 3: menus of partial options and signed backward scratch ----------------
+
+
+@st.composite
+def v3_profiles(
+    draw, min_layers: int = 1, max_layers: int = 6, *, positive_times: bool = False
+) -> Profile:
+    """A valid version-3 profile: a version-2 one whose layers may carry a menu
+    (0-3 options with `h_k` in `[0, s_i]`) and a negative backward scratch
+    anywhere in `[floor, 0)` (the floor: minus what `B_i` frees at its end).
+
+    Layers with a menu get internals (a block's), so options have something
+    to drop; values stay dyadic and small, as `v2_profiles` draws them.
+    """
+    base = draw(v2_profiles(min_layers, max_layers, positive_times=positive_times))
+    layers = list(base.layers)
+    for i, layer in enumerate(layers):
+        if draw(st.integers(0, 2)) == 0:
+            continue
+        saved = layer.saved_bytes or draw(st.integers(1, 24))
+        k = draw(st.integers(1, 3))
+        menu = tuple(
+            LayerOption(
+                name=f"o{j}",
+                saved_bytes=draw(st.integers(0, saved)),
+                recompute=draw(seconds(positive=positive_times)),
+                policy=tuple(range(j)),
+                regen_work_bytes=draw(_bytes(8)),
+            )
+            for j in range(k)
+        )
+        layers[i] = Layer(**{**_fields(layer), "saved_bytes": saved, "options": menu})
+    for i, layer in enumerate(layers):
+        if draw(st.integers(0, 2)) == 0:
+            floor = backward_frees(tuple(layers), i)
+            if floor > 0:
+                scratch = -draw(st.integers(1, floor))
+                layers[i] = Layer(**{**_fields(layer), "bwd_work_bytes": scratch})
+    return base.replace_layers(layers, name="hyp-v3")
+
+
+def _fields(layer: Layer) -> dict:
+    return {f: getattr(layer, f) for f in Layer.__slots__}
+
+
+@st.composite
+def v3_plans(draw, profile: Profile, *, with_swap_wait: bool = True) -> Plan:
+    """A valid plan for a /3 profile: any actions, an option (or none) on each kept or
+    swapped layer with a menu, `prefetch_at` anywhere in `[need(i), L-1]`."""
+    n = len(profile.layers)
+    acts = [draw(ANY_ACTION) for _ in range(n)]
+    options: list[str | None] = [None] * n
+    for i, (a, layer) in enumerate(zip(acts, profile.layers, strict=True)):
+        if a is not RECOMPUTE and layer.options:
+            options[i] = draw(st.sampled_from([None, *(o.name for o in layer.options)]))
+    need = need_indices(acts, profile, options)
+    prefetch: list[int | None] = [None] * n
+    wait: list[int | None] = [None] * n
+    for i, a in enumerate(acts):
+        if a is SWAP:
+            prefetch[i] = draw(st.integers(min_value=need[i], max_value=n - 1))
+            if with_swap_wait and i < n - 1:
+                wait[i] = draw(st.one_of(st.none(), st.integers(min_value=i + 1, max_value=n - 1)))
+    return Plan.build(acts, prefetch, wait, profile=profile, options=options)
+
+
+@st.composite
+def v3_profile_and_plan(draw, min_layers: int = 1, max_layers: int = 6, **kw):
+    """`(profile, plan)`: a version-3 profile and a plan valid for it (options included)."""
+    profile = draw(v3_profiles(min_layers, max_layers, **kw))
+    return profile, draw(v3_plans(profile))
 
 
 def budgets(profile: Profile) -> st.SearchStrategy[int]:

@@ -201,6 +201,7 @@ def _public_calls(profile, plan, tmp_path):
         "Action": (["keep"], {}),
         "Device": (["d", 1e9, 1e9, 0.0], {}),
         "Layer": (["a", 1.0, 1.0, 10], {}),
+        "LayerOption": (["o", 0, 0.0], {}),
         "Plan": ([plan.actions, plan.prefetch_at, plan.swap_wait], {}),
         "Profile": (["p", profile.device, 0, profile.layers], {}),
         "Scorer": ([profile], {}),

@@ -1,9 +1,10 @@
 """The documentation stays honest: worked examples are the spec's cases, links resolve.
 
-`docs/cost-model.md` works two of the spec's hand-made version-2 cases by
+`docs/cost-model.md` works hand-made version-2 and version-3 cases by
 hand. Their profile and plan are fenced ```json blocks, each preceded by an
 HTML comment `<!-- example: NAME profile -->` or `<!-- example: NAME plan -->`;
-here each pair must be, value for value, one case of `v2-cases.json`, and the
+here each pair must be, value for value, one case of `v2-cases.json` or
+`v3-cases.json` (`tests/data/`), and the
 example's section must state that case's expected makespan and peak. Every
 relative link in README.md and docs/*.md must point to a file of the
 repository (and, for a `#fragment` into a Markdown file, to one of its
@@ -26,6 +27,7 @@ CASE_FILES = (
     ROOT / "tests" / "data" / "v2-cases.json",
     ROOT.parent / "shared" / "spec" / "v2-cases.json",
 )
+V3_CASES = ROOT / "tests" / "data" / "v3-cases.json"
 
 _EXAMPLE = re.compile(
     r"<!--\s*example:\s*(?P<name>[\w.-]+)\s+(?P<part>profile|plan)\s*-->\s*\n"
@@ -45,9 +47,10 @@ def _canonical(data) -> str:
 
 
 def _cases() -> tuple[list[dict] | None, str]:
+    v3 = json.loads(V3_CASES.read_text())["cases"] if V3_CASES.exists() else []
     for path in CASE_FILES:
         if path.exists():
-            return json.loads(path.read_text())["cases"], str(path)
+            return json.loads(path.read_text())["cases"] + v3, f"{path} or {V3_CASES}"
     return None, "v2-cases.json is neither in tests/data nor in ../shared/spec beside the repo"
 
 

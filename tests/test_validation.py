@@ -148,7 +148,7 @@ def test_malformed_profile_is_refused(path, value, words):
         profile_from_dict(doc)
 
 
-@pytest.mark.parametrize("fmt", ["planopt.profile/3", "planopt.plan/1", None, 1])
+@pytest.mark.parametrize("fmt", ["planopt.profile/4", "planopt.plan/1", None, 1])
 def test_profile_of_another_format_is_refused(fmt):
     # errors.FormatError: "A file is not parseable JSON or not of the expected `format`."
     doc = (
@@ -156,7 +156,8 @@ def test_profile_of_another_format_is_refused(fmt):
         if fmt is None
         else mutated(PROFILE, ("format",), fmt)
     )
-    with raises_naming(FormatError, "format", "planopt.profile/2", "planopt.profile/1", repr(fmt)):
+    words = ("planopt.profile/3", "planopt.profile/2", "planopt.profile/1", repr(fmt))
+    with raises_naming(FormatError, "format", *words):
         profile_from_dict(doc)
 
 
@@ -231,10 +232,10 @@ def test_malformed_plan_is_refused(path, value, words):
         plan_from_dict(doc)
 
 
-@pytest.mark.parametrize("fmt", ["planopt.plan/2", "planopt.profile/1", None])
+@pytest.mark.parametrize("fmt", ["planopt.plan/3", "planopt.profile/1", None])
 def test_plan_of_another_format_is_refused(fmt):
     doc = mutated(PLAN, ("format",), drop=True) if fmt is None else mutated(PLAN, ("format",), fmt)
-    with raises_naming(FormatError, "format", "planopt.plan/1", repr(fmt)):
+    with raises_naming(FormatError, "format", "planopt.plan/2", "planopt.plan/1", repr(fmt)):
         plan_from_dict(doc)
 
 

@@ -24,7 +24,9 @@ NOTE = (
     "--work-limit and --seed, and those with a backend option --backend. Roles: baseline "
     "(a published rule), heuristic (a search, no proof), exact (the optimum of its space, "
     "proven), oracle (exact by enumeration, tiny nets only), bound (a proven lower bound, "
-    "no plan). Space: the plans a method chooses among."
+    "no plan). Space: the plans a method chooses among; '+ options': it also chooses "
+    "a partial option of a layer's menu (cost model v3), where the others refuse a "
+    "profile with menus or, for fixed rules, plan whole layers."
 )
 
 
@@ -54,7 +56,7 @@ def method_row(spec: registry.MethodSpec) -> list[str]:
         spec.name + aliases,
         f"no (needs {', '.join(missing)})" if missing else "yes",
         spec.role.value,
-        spec.space.value,
+        spec.space_label,
         options_cell(spec),
         spec.summary,
     ]

@@ -30,11 +30,13 @@ def register(command: AddCommand) -> None:
 
 def action_cell(plan: Plan, i: int) -> str:
     action = plan.actions[i]
+    option = plan.options[i] if plan.options else None
+    named = "" if option is None else f" [{option}]"  # a partial layer (cost model v3)
     if action is not SWAP:
-        return action.value
+        return action.value + named
     wait = plan.swap_wait[i]
     extra = "" if wait is None else f", F{wait} waits"
-    return f"swap (back at B{plan.prefetch_at[i]}{extra})"
+    return f"swap{named} (back at B{plan.prefetch_at[i]}{extra})"
 
 
 def run(args: argparse.Namespace) -> int:

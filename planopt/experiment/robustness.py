@@ -81,17 +81,24 @@ def perturb(profile: Profile, noise: Noise, rng: np.random.Generator) -> Profile
         size = factor(noise.sizes)
         fwork = round(layer.fwd_work_bytes * factor(noise.sizes))
         bwork = round(layer.bwd_work_bytes * factor(noise.sizes))
+        saved = round(layer.saved_bytes * size)
+        # A menu's kept bytes scale with the internals they are part of (v3).
+        menu = tuple(
+            dataclasses.replace(o, saved_bytes=min(round(o.saved_bytes * size), saved))
+            for o in layer.options
+        )
         layers.append(
             dataclasses.replace(
                 layer,
                 fwd=fwd,
                 bwd=bwd,
                 out_bytes=round(layer.out_bytes * size),
-                saved_bytes=round(layer.saved_bytes * size),
+                saved_bytes=saved,
                 input_grad_bytes=round(layer.input_grad_bytes * size),
                 param_grad_bytes=round(layer.param_grad_bytes * size),
                 fwd_work_bytes=fwork,
                 bwd_work_bytes=bwork,
+                options=menu,
             )
         )
     return profile.replace_layers(layers, device=device)
@@ -106,7 +113,7 @@ def _rng(profile: Profile, noise: Noise, seed: int, draw: int) -> np.random.Gene
 
 def _unbound(plan: Plan) -> Plan:
     """The plan without its profile fingerprint: it is meant for a perturbed copy."""
-    return Plan(plan.actions, plan.prefetch_at, plan.swap_wait, plan.names, None)
+    return Plan(plan.actions, plan.prefetch_at, plan.swap_wait, plan.names, None, plan.options)
 
 
 def robustness_rows(
