@@ -120,6 +120,7 @@ METHODS: tuple[dict, ...] = (
         "space": "joint",
         "role": "heuristic",
         "requires": _ORTOOLS,
+        "menus": "plans",
     },
     {
         "name": "lns",
@@ -128,6 +129,7 @@ METHODS: tuple[dict, ...] = (
         "space": "joint",
         "role": "heuristic",
         "requires": _ORTOOLS,
+        "menus": "plans",
     },
     {
         "name": "auto",
@@ -136,6 +138,7 @@ METHODS: tuple[dict, ...] = (
         "space": "joint",
         "role": "heuristic",
         "requires": _ORTOOLS,
+        "menus": "plans",
     },
     {
         "name": "lower-bound",

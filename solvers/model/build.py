@@ -136,7 +136,8 @@ def build(
     m = Model(horizon=times.horizon)
 
     menus = [len(x.options) for x in layers]
-    d = add_decisions(m, n, actions, with_swap_wait, choices, reads.saves_input, menus)
+    names = [[o.name for o in x.options] for x in layers]
+    d = add_decisions(m, n, actions, with_swap_wait, choices, reads.saves_input, menus, names)
     fwd = add_forward(m, d, f, reads)
     bt = add_backward_times(m, n, fwd.end[n - 1])
     h2d_free = add_copy_back_queue(m, d, fwd, bt, reads)

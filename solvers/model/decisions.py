@@ -44,6 +44,8 @@ class Choices:
     actions: tuple[Action, ...]
     prefetch: tuple[int, ...] = ()
     wait: tuple[int, ...] = ()
+    # Cost model v3: the options (names; None = whole) it may take; None: any.
+    options: tuple[str | None, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,7 @@ def add_decisions(
     choices: Mapping[int, Choices],
     saves_input: Sequence[bool],
     menu_sizes: Sequence[int] = (),
+    menu_names: Sequence[Sequence[str]] = (),
 ) -> DecisionVars:
     """Create the decision variables of `n` layers and the rules that tie them.
 
@@ -96,7 +99,7 @@ def add_decisions(
         for action, v in ((KEEP, keep[i]), (SWAP, swap[i]), (RECOMPUTE, rec[i])):
             if action not in allowed:
                 m.vars[v] = Var(m.vars[v].name, 0, 0, True)
-    opt, partial = _add_options(m, n, keep, swap, menu_sizes, choices)
+    opt, partial = _add_options(m, n, keep, swap, menu_sizes, choices, menu_names)
     reads_in: list[Flag] = [
         True if saves_input[i] else (False if partial[i] is None else partial[i]) for i in range(n)
     ]
@@ -145,17 +148,18 @@ def _add_options(
     swap: list[int],
     menu_sizes: Sequence[int],
     choices: Mapping[int, Choices],
+    menu_names: Sequence[Sequence[str]],
 ) -> tuple[list[list[int]], list[Lit | None]]:
     """The option literals of every layer (at most one, on a kept or swapped layer) and
     each layer's "partial" literal (None where it cannot be).
 
-    NOTE: a layer restricted by `choices` (outside a search window) takes no
-    option: the search tier does not plan over menus yet.
+    A layer whose `choices` name its options may take only those (the search
+    tier pins a layer outside its window to the incumbent's option).
     """
     opt: list[list[int]] = []
     partial: list[Lit | None] = []
     for i in range(n):
-        size = menu_sizes[i] if i < len(menu_sizes) and i not in choices else 0
+        size = menu_sizes[i] if i < len(menu_sizes) else 0
         if size and m.vars[keep[i]].hi == 0 and m.vars[swap[i]].hi == 0:
             size = 0
         lits = [m.new_bool(f"opt{i}_{k}") for k in range(size)]
@@ -165,6 +169,14 @@ def _add_options(
             continue
         terms = (*((v, 1) for v in lits), (keep[i], -1), (swap[i], -1))
         m.add(Linear(Expr(terms), None, 0))
+        allowed = choices[i].options if i in choices else None
+        if allowed is not None:
+            names = list(menu_names[i])
+            for k, v in enumerate(lits):
+                if names[k] not in allowed:
+                    m.vars[v] = Var(m.vars[v].name, 0, 0, True)
+            if None not in allowed:  # an option it must take
+                m.add(Linear(Expr(tuple((v, 1) for v in lits)), 1, None))
         whole = conj(m, [neg(v) for v in lits], f"whole{i}")
         partial.append(negate(whole) if whole is not None else None)
     return opt, partial
