@@ -19,7 +19,7 @@ Instances: `planopt.random_chain(L, seed, version=2)` chains ("/2"), and the
 same chains with a menu of partial options on two layers in three ("/3":
 keep half the internals for 40% of the forward, or none for 90%), at 30% of
 keep-all activation memory, or, where 30% is below the minimum budget (most
-of these chains), at the minimum plus a tenth of the way to keep-all.
+of these chains), at the minimum plus 2% of the way to keep-all.
 Each solve gets the same hint (the greedy's plan, when it fits), one
 worker, seed 0 and `--work` units of CP-SAT deterministic time: outcomes do
 not depend on the machine's load.
@@ -60,10 +60,10 @@ def menu_chain(n: int, seed: int) -> planopt.Profile:
 
 def tight_budget(profile, fraction: float) -> int:
     """`fraction` of keep-all, or (where that is below the minimum budget, as on most
-    /2 chains at 30%) the minimum plus a tenth of the way to keep-all."""
+    /2 chains at 30%) the minimum plus 2% of the way to keep-all."""
     low = min_budget(profile)
     wanted = budget_from_fraction(profile, fraction)
-    return max(wanted, low + (keep_all_peak(profile) - low) // 10)
+    return max(wanted, low + (keep_all_peak(profile) - low) // 50)
 
 
 def solve_one(profile, budget, memory: str, work: float) -> dict:
@@ -133,7 +133,7 @@ def write(rows, args) -> None:
         f"`python -m experiments.exact_formulations --lengths {' '.join(map(str, args.lengths))} "
         f"--seeds {' '.join(map(str, args.seeds))} --work {args.work:g}`: random mixed chains "
         f"at {100 * args.fraction:.0f}% of keep-all activation memory (or the minimum budget plus "
-        "a tenth of the way to keep-all, where that is higher), one CP-SAT worker, seed 0, "
+        "2% of the way to keep-all, where that is higher), one CP-SAT worker, seed 0, "
         f"{args.work:g} work units each, the greedy's plan as the hint. Overhead over `T_ideal` "
         "of the plan found (re-scored by the simulator) and of CP-SAT's bound.",
         "",

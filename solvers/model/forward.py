@@ -63,7 +63,8 @@ def copy_cases(
     `whole`: (with output, without) for the whole internals; `options`: the
     same per option of the menu (v3: a partial layer copies its kept subset).
     """
-    kinds = [(d.whole(i), whole), *((pos(v), t) for v, t in zip(d.opt[i], options, strict=True))]
+    # (a layer that may only be recomputed has no option literals: zip stops there)
+    kinds = [(d.whole(i), whole), *((pos(v), t) for v, t in zip(d.opt[i], options, strict=False))]
     out: list[tuple[Lit | None, int]] = []
     for lit, (full, internal) in kinds:
         if read is True or read is False or full == internal:

@@ -80,7 +80,7 @@ def add_memory(
         fwd_use = fwd.end[nxt]  # the output's forward use: F_{i+1} (F_i for the last layer)
         f_pair = f[i] + (f[nxt] if nxt != i else 0)
         # Internals: to B_i when kept, to the later of copy out and F_i when swapped.
-        opts = list(zip(d.opt[i], layer.options, strict=True)) if d.opt else []
+        opts = list(zip(d.opt[i], layer.options, strict=False)) if d.opt else []
         whole = d.whole(i)
         if layer.saved_bytes > 0:
             int_free = m.time(f"int{i}.free")
