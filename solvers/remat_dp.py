@@ -21,7 +21,8 @@ from planopt.result import SolverOutput, Status
 from solvers.remat.certify import Certificate, certify
 from solvers.remat.chain import ChainModel
 from solvers.remat.floor import budget_floor
-from solvers.remat.menus import MenuChain, solve_menus
+from solvers.remat.menu_search import solve_menus
+from solvers.remat.menus import MenuChain
 from solvers.remat.minpeak import min_peak
 from solvers.remat.optimum import solve_room
 from solvers.remat.pychain import PyChain

@@ -20,7 +20,8 @@ from strategies import v3_profiles
 import planopt
 from planopt import Plan
 from planopt.result import Status
-from solvers.remat.menus import MenuChain, solve_menus
+from solvers.remat.menu_search import solve_menus
+from solvers.remat.menus import MenuChain
 
 EXAMPLES = settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
 
