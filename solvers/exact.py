@@ -163,6 +163,10 @@ def _relaxation_bound(problem: Problem) -> float | None:
     """
     from solvers.model.relaxation import relaxation_bound
 
+    if problem.profile.has_options:
+        # NOTE: the relaxation models whole layers; an option can lower memory
+        # below what it assumes, so its value is no bound over menus (T_ideal is).
+        return None
     work = work_share(problem, RELAXATION_SHARE, RELAXATION_WORK)
     seconds = problem.time_left()
     if seconds is not None:
@@ -182,8 +186,8 @@ def _polish(problem: Problem, incumbent: tuple[float, Plan], target: float, work
     relaxation's bound); small nets, which the back-end solves at once,
     skip it.
     """
-    if problem.n < POLISH_FROM_LAYERS:
-        return incumbent
+    if problem.n < POLISH_FROM_LAYERS or problem.profile.has_options:
+        return incumbent  # the search tier does not plan over menus (v3) yet
     from solvers.lns import layer_phases
     from solvers.search.driver import search as run_search
     from solvers.search.engine import Incumbent

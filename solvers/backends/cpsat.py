@@ -51,10 +51,20 @@ _ATTEMPTS: tuple[dict, ...] = ({}, {"keep_hint": False})
 
 
 def translate(
-    form: Formulation, hint: Sequence[int] | None, objective_at_most: int | None
+    form: Formulation,
+    hint: Sequence[int] | None,
+    objective_at_most: int | None,
+    memory: str = "cumulative",
 ) -> tuple[cp_model.CpModel, list] | None:
     """The CP-SAT model and its variables (index-aligned with the IR's); None when the
-    capacity is negative (nothing fits)."""
+    capacity is negative (nothing fits).
+
+    `memory` is how the memory resource is stated: `cumulative` (intervals
+    on one cumulative resource, the default), `reservoir` (events: +demand at
+    each present interval's start, -demand at its end, the running level in
+    [0, capacity]) or `both` (each a redundant check of the other).
+    experiments/exact_formulations.py compares them in work units.
+    """
     m = form.model
     if m.capacity < 0:
         return None
@@ -109,8 +119,12 @@ def translate(
         else:  # pragma: no cover - a new constraint kind must be translated here
             raise TypeError(f"CP-SAT back-end cannot translate {type(c).__name__}")
 
+    if memory in ("reservoir", "both"):
+        _add_reservoir(model, m, xs, lit)
+    if memory not in ("cumulative", "reservoir", "both"):
+        raise ValueError(f"memory must be cumulative, reservoir or both, got {memory!r}")
     intervals, demands = [], []
-    for k, iv in enumerate(m.intervals):
+    for k, iv in enumerate(m.intervals if memory != "reservoir" else ()):
         size = model.new_int_var(0, m.horizon, f"len{k}")
         if iv.present is None:
             interval = model.new_interval_var(xs[iv.start], size, xs[iv.end], f"iv{k}")
@@ -132,6 +146,19 @@ def translate(
         for v in form.decision_vars():
             model.add_hint(xs[v], hint[v])
     return model, xs
+
+
+def _add_reservoir(model: cp_model.CpModel, m, xs: list, lit) -> None:
+    """Memory as events: the level after every change at an instant stays within the
+    capacity (frees and allocations at one instant net out, as in the spec)."""
+    times, changes, actives = [], [], []
+    for iv in m.intervals:
+        active = model.new_constant(1) if iv.present is None else lit(iv.present)
+        times += [xs[iv.start], xs[iv.end]]
+        changes += [iv.demand, -iv.demand]
+        actives += [active, active]
+    if times:
+        model.add_reservoir_constraint_with_active(times, changes, actives, 0, m.capacity)
 
 
 def solve(
