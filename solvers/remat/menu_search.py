@@ -12,7 +12,13 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from solvers.remat.menus import DEAD, NEG, MenuChain, MenuPlan
+
+LABEL_WORK = 2e-7  # work units per label made (calibrated in the module NOTE)
+EDGE_WORK = 2e-6  # work units per edge tried from an expanded node
+OPEN = 1 << 62  # no limit on H from this edge
 
 
 def solve_menus(
@@ -27,14 +33,13 @@ def solve_menus(
 
     A `MenuResult`: proven, the optimum (or no plan when none fits); cut short
     by the limit, the best plan known (the incumbent, or a completed label)
-    with a lower bound on the optimum's makespan. Labels `(H, seconds,
-    back-pointer)` per node `(k, a)`, Pareto-pruned; nodes in layer order, so a label is final when
-    its node is expanded. Two proven prunings: a label whose `H` plus the
-    least any completion needs (`need`, a backward pass) exceeds the room, and
-    one whose seconds plus a lower bound on the rest (`rest`: the cheapest
-    completion with `H` ignored) exceed the incumbent's (`incumbent`: seconds
-    beyond `T_ideal` and actions of a known fitting plan without options, or
-    the best completed label). Work: one unit per 10^6 segment-cost terms.
+    with a lower bound on the optimum's makespan. Labels `(H, seconds)` per
+    node `(k, a)`, kept as numpy arrays, Pareto-pruned; nodes in layer order, so
+    a node's front is final when it is expanded. The prunings (each proven in
+    the module NOTE) cut every edge's labels to one index range of the front.
+    Work: one unit per 10^6 segment-cost terms, and `LABEL_WORK` per label made
+    plus `EDGE_WORK` per edge tried (charged node by node, so a work limit stops
+    the search at the same node on any machine).
     """
     n = chain.n
     if chain.pg_from[0] > room:
@@ -43,43 +48,51 @@ def solve_menus(
     edges, evaluated = _edges(chain, order, room, expired)
     charge(evaluated * 1e-6)
     if edges is None:
-        return _stopped(chain, None, incumbent, 0.0)
+        return _stopped(chain, None, incumbent, 0.0, order, {})
     need, rest = _lookahead(chain, order, edges)
     lower = rest[(-1, 0)]
+    tables = _edge_tables(chain, order, edges, need, rest, room)
     best_seconds = math.inf if incumbent is None else incumbent[0]
-    slack = 1e-9 * (1.0 + abs(best_seconds)) if best_seconds < math.inf else 0.0
-    # labels[(k, a)] = list of (H, seconds, parent label, (k, a), t)
-    start = (0, 0.0, None, (-1, 0), -1)
-    labels: dict[tuple[int, int], list[tuple]] = {(-1, 0): [start]}
-    best: tuple | None = None
-    for node in order:
-        here = _pareto(labels.pop(node, []))
-        if not here:
+    # pending[x]: the label pieces (H, seconds, parent node index, parent position) for node x
+    pending: list[list[tuple]] = [[] for _ in order]
+    pending[0].append((np.zeros(1, np.int64), np.zeros(1), -1, np.zeros(1, np.int64)))
+    fronts: dict[int, tuple] = {}
+    best: tuple | None = None  # (seconds, H, node index, position)
+    for x in range(len(order)):
+        if not pending[x]:
             continue
         if expired():
-            return _stopped(chain, best, incumbent, lower)
-        for t, b, cost, held, extra in edges[node]:
-            nxt = (t + 1, b)
-            ahead = need.get(nxt, NEG)
-            after = rest.get(nxt, 0.0)
-            for label in here:
-                if cost > NEG and label[0] + cost > room:
-                    break  # labels are by H ascending: none after fits either
-                h_new = label[0] + held
-                s_new = label[1] + extra
-                if ahead > NEG and h_new + ahead > room:
-                    continue
-                if s_new + after > best_seconds + slack:
-                    continue
-                new = (h_new, s_new, label, nxt, t)
-                if t + 1 < n:
-                    labels.setdefault(nxt, []).append(new)
-                elif best is None or (s_new, h_new) < (best[1], best[0]):
-                    best = new
-                    if s_new < best_seconds:
-                        best_seconds = s_new
-                        slack = 1e-9 * (1.0 + abs(best_seconds))
-    found = _better(chain, best, incumbent)
+            return _stopped(chain, best, incumbent, lower, order, fronts)
+        front = fronts[x] = _pareto(pending[x])
+        pending[x] = []
+        held_h, seconds = front[0], front[1]
+        target, top_h, held, extra, after = tables[x]
+        slack = 1e-9 * (1.0 + abs(best_seconds)) if best_seconds < math.inf else 0.0
+        # (a) H-side prunings: a prefix of the front (H ascending)
+        stop = np.searchsorted(held_h, top_h, side="right")
+        # (b) the seconds prune: a suffix (seconds strictly descending along the front)
+        if best_seconds < math.inf:
+            start = np.searchsorted(-seconds, extra + after - (best_seconds + slack), side="left")
+        else:
+            start = np.zeros(len(target), dtype=np.int64)
+        count = np.maximum(stop - start, 0)
+        made = int(count.sum())
+        charge(made * LABEL_WORK + len(target) * EDGE_WORK)
+        if not made:
+            continue
+        final = (target < 0) & (count > 0)
+        if final.any():  # completions: the fastest of each edge is its last label
+            last = stop[final] - 1
+            done = seconds[last] + extra[final]
+            j = int(np.lexsort((held_h[last] + held[final], done))[0])
+            if best is None or (done[j], int(held_h[last[j]] + held[final][j])) < best[:2]:
+                best = (float(done[j]), int(held_h[last[j]] + held[final][j]), x, int(last[j]))
+            if best[0] < best_seconds:
+                best_seconds = best[0]
+        for e in np.flatnonzero((target >= 0) & (count > 0)).tolist():
+            pos = np.arange(start[e], stop[e])
+            pending[target[e]].append((held_h[pos] + held[e], seconds[pos] + extra[e], x, pos))
+    found = _better(chain, best, incumbent, order, fronts)
     return MenuResult(found, True, math.inf if found is None else found.makespan)
 
 
@@ -93,10 +106,10 @@ class MenuResult:
     lower: float
 
 
-def _better(chain: MenuChain, best: tuple | None, incumbent) -> MenuPlan | None:
+def _better(chain: MenuChain, best: tuple | None, incumbent, order, fronts) -> MenuPlan | None:
     """The faster of the best completed label and the incumbent (None if neither)."""
-    if best is not None and (incumbent is None or best[1] < incumbent[0]):
-        return _plan(chain, best)
+    if best is not None and (incumbent is None or best[0] < incumbent[0]):
+        return _plan(chain, best, order, fronts)
     if incumbent is None:
         return None
     actions, options = incumbent[1], (None,) * chain.n
@@ -104,8 +117,9 @@ def _better(chain: MenuChain, best: tuple | None, incumbent) -> MenuPlan | None:
     return MenuPlan(actions, options, makespan, chain.peak(actions, options))
 
 
-def _stopped(chain: MenuChain, best: tuple | None, incumbent, lower: float) -> MenuResult:
-    return MenuResult(_better(chain, best, incumbent), False, chain.profile.t_ideal + lower)
+def _stopped(chain: MenuChain, best, incumbent, lower: float, order, fronts) -> MenuResult:
+    found = _better(chain, best, incumbent, order, fronts)
+    return MenuResult(found, False, chain.profile.t_ideal + lower)
 
 
 def _edges(chain: MenuChain, order, room: int, expired: Callable[[], bool]):
@@ -161,32 +175,72 @@ def _lookahead(chain: MenuChain, order, edges):
     return need, rest
 
 
-def _pareto(labels: list[tuple]) -> list[tuple]:
-    """Labels not dominated in (H, seconds), by H ascending (ties: the first)."""
-    labels.sort(key=lambda lab: (lab[0], lab[1]))
-    out: list[tuple] = []
-    best = math.inf
-    for label in labels:
-        if label[1] < best:
-            out.append(label)
-            best = label[1]
-    return out
+def _edge_tables(chain: MenuChain, order, edges, need, rest, room: int) -> list[tuple]:
+    """Per node index, its edges as arrays: the target node's index (-1: the chain's
+    end), the largest `H` a label may hold to take the edge (its segment fits and
+    the target's `need` still fits above it), `held`, seconds added, and `rest` of
+    the target (a lower bound on the seconds any completion from there adds)."""
+    n = chain.n
+    index = {node: x for x, node in enumerate(order)}
+    tables = []
+    for node in order:
+        target, top, held_, extra_, after_ = [], [], [], [], []
+        for t, b, cost, held, extra in edges[node]:
+            nxt = (t + 1, b)
+            limit = room - cost if cost > NEG else OPEN
+            if t + 1 < n:
+                ahead = need[nxt]
+                if ahead > NEG:
+                    limit = min(limit, room - ahead - held)
+                target.append(index[nxt])
+                after_.append(rest[nxt])
+            else:
+                target.append(-1)
+                after_.append(0.0)
+            top.append(limit)
+            held_.append(held)
+            extra_.append(extra)
+        tables.append(
+            (
+                np.array(target, dtype=np.int64),
+                np.array(top, dtype=np.int64),
+                np.array(held_, dtype=np.int64),
+                np.array(extra_, dtype=np.float64),
+                np.array(after_, dtype=np.float64),
+            )
+        )
+    return tables
 
 
-def _plan(chain: MenuChain, final: tuple) -> MenuPlan:
+def _pareto(pieces: list[tuple]) -> tuple:
+    """The labels not dominated in (H, seconds), by H ascending (ties: the first made),
+    as arrays `(H, seconds, parent node index, parent position)`."""
+    held = np.concatenate([p[0] for p in pieces])
+    seconds = np.concatenate([p[1] for p in pieces])
+    parent = np.concatenate([np.full(len(p[0]), p[2], dtype=np.int64) for p in pieces])
+    pos = np.concatenate([p[3] for p in pieces])
+    order = np.lexsort((seconds, held))
+    seconds = seconds[order]
+    floor = np.minimum.accumulate(seconds)
+    keep = np.empty(len(seconds), dtype=bool)
+    keep[0] = True
+    keep[1:] = seconds[1:] < floor[:-1]
+    order = order[keep]
+    return held[order], seconds[keep], parent[order], pos[order]
+
+
+def _plan(chain: MenuChain, best: tuple, order, fronts) -> MenuPlan:
     n = chain.n
     actions = ["recompute"] * n
     options: list[str | None] = [None] * n
-    label = final
-    seconds = final[1]
-    while label[2] is not None:
-        parent = label[2]
-        k, a = parent[3]
-        if k >= 0:
-            actions[k] = "keep"
-            options[k] = chain.choices[k][a][0]
-        label = parent
-    makespan = chain.profile.t_ideal + seconds
+    x, pos = best[2], best[3]
+    while x > 0:
+        k, a = order[x]
+        actions[k] = "keep"
+        options[k] = chain.choices[k][a][0]
+        front = fronts[x]
+        x, pos = int(front[2][pos]), int(front[3][pos])
+    makespan = chain.profile.t_ideal + best[0]
     return MenuPlan(
         tuple(actions), tuple(options), makespan, chain.peak(tuple(actions), tuple(options))
     )
