@@ -147,3 +147,31 @@ def test_through_solve_a_work_limit_gives_a_feasible_plan_no_slower_than_the_sta
     assert cut.schedule.peak_bytes <= budget
     assert cut.schedule.makespan <= start.schedule.makespan * (1 + 1e-12)
     assert cut.lower_bound <= full.schedule.makespan * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_edge_arrays_are_the_running_rows(seed):
+    """`MenuEdges` (numpy, a layer at a time) gives `MenuChain.row`'s entries that fit,
+    up to the first top whose growing terms pass the room, in the same order."""
+    from solvers.remat.menu_edges import MenuEdges
+
+    profile = with_menus(random_v2_chain(seed, 1, 25), seed)
+    chain = MenuChain(profile)
+    edges = MenuEdges(chain)
+    low, high = planopt.min_budget(profile), keep_all_peak(profile)
+    for fraction in (0.1, 0.5, 1.0, 3.0):
+        room = int(low + fraction * (high - low)) - profile.static_bytes
+        for k in range(-1, chain.n):
+            for a in range(len(chain.choices[k])) if k >= 0 else (0,):
+                want, recompute, last = [], 0.0, k
+                for t, b, cost, held, grown in chain.row(k, a):
+                    if t != last:
+                        recompute += chain.fwd[t]
+                        last = t
+                    if cost <= room:
+                        regen = chain.choices[t + 1][b][2] if t + 1 < chain.n else 0.0
+                        want.append((t, b, cost, held, recompute + regen))
+                    if grown > room and t > k:
+                        break
+                got = list(zip(*(x.tolist() for x in edges.node(k, a, room)), strict=True))
+                assert got == want, (k, a, fraction)

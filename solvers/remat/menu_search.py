@@ -14,10 +14,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from solvers.remat.menu_bound import MenuBound
+from solvers.remat.menu_edges import MenuEdges
 from solvers.remat.menus import DEAD, NEG, MenuChain, MenuPlan
 
 LABEL_WORK = 2e-7  # work units per label made (calibrated in the module NOTE)
 EDGE_WORK = 2e-6  # work units per edge tried from an expanded node
+BOUND_WORK = 1e-8  # work units per (edge, price) of the Lagrangian bound
 OPEN = 1 << 62  # no limit on H from this edge
 
 
@@ -49,9 +52,11 @@ def solve_menus(
     charge(evaluated * 1e-6)
     if edges is None:
         return _stopped(chain, None, incumbent, 0.0, order, {})
-    need, rest = _lookahead(chain, order, edges)
-    lower = rest[(-1, 0)]
-    tables = _edge_tables(chain, order, edges, need, rest, room)
+    need, rest = _lookahead(edges)
+    lower = float(rest[0])
+    tables = _edge_tables(edges, need, rest, room)
+    bound = MenuBound(chain, tables, room)
+    charge(sum(len(t[0]) for t in tables) * len(bound.prices) * BOUND_WORK)
     best_seconds = math.inf if incumbent is None else incumbent[0]
     # pending[x]: the label pieces (H, seconds, parent node index, parent position) for node x
     pending: list[list[tuple]] = [[] for _ in order]
@@ -63,11 +68,18 @@ def solve_menus(
             continue
         if expired():
             return _stopped(chain, best, incumbent, lower, order, fronts)
-        front = fronts[x] = _pareto(pending[x])
+        front = _pareto(pending[x])
         pending[x] = []
-        held_h, seconds = front[0], front[1]
-        target, top_h, held, extra, after = tables[x]
         slack = 1e-9 * (1.0 + abs(best_seconds)) if best_seconds < math.inf else 0.0
+        if best_seconds < math.inf:  # the Lagrangian bound (`menu_bound`'s NOTE)
+            keep = front[1] + bound.lower(x, front[0]) <= best_seconds + slack + bound.margin
+            if not keep.all():
+                front = tuple(part[keep] for part in front)
+                if not len(front[0]):
+                    continue
+        fronts[x] = front
+        held_h, seconds = front[0], front[1]
+        target, top_h, held, extra, after, _cost = tables[x]
         # (a) H-side prunings: a prefix of the front (H ascending)
         stop = np.searchsorted(held_h, top_h, side="right")
         # (b) the seconds prune: a suffix (seconds strictly descending along the front)
@@ -123,92 +135,61 @@ def _stopped(chain: MenuChain, best, incumbent, lower: float, order, fronts) -> 
 
 
 def _edges(chain: MenuChain, order, room: int, expired: Callable[[], bool]):
-    """Every segment that fits an empty `H` from each node: (t, b, cost, held, seconds);
-    None when the limit came first."""
+    """Every segment that fits an empty `H` from each node index, as arrays `(target node
+    index or -1 at the chain's end, cost, held, seconds)`; None when the limit came first."""
     n = chain.n
-    edges: dict[tuple[int, int], list[tuple]] = {}
-    evaluated = 0
-    for node in order:
+    builder = MenuEdges(chain)
+    offset = [0] * (n + 1)
+    for x, (k, a) in enumerate(order):
+        if k >= 0 and a == 0:
+            offset[k] = x
+    offset_arr = np.array(offset, dtype=np.int64)
+    edges = []
+    for k, a in order:
         if expired():
-            return None, evaluated
-        k, a = node
-        out = []
-        recompute = 0.0
-        last_t = k
-        for t, b, cost, held, grown in chain.row(k, a):
-            if t != last_t:
-                recompute += chain.fwd[t]
-                last_t = t
-            evaluated += 1
-            if cost <= room:
-                extra = recompute + (chain.choices[t + 1][b][2] if t + 1 < n else 0.0)
-                out.append((t, b, cost, held, extra))
-            if grown > room and t > k:
-                break  # every longer run from (k, a) holds these terms too
-        edges[node] = out
-    return edges, evaluated
+            return None, builder.tried
+        t, b, cost, held, extra = builder.node(k, a, room)
+        target = np.where(t + 1 < n, offset_arr[np.minimum(t + 1, n - 1)] + b, -1)
+        edges.append((target, cost, held, extra))
+    return edges, builder.tried
 
 
-def _lookahead(chain: MenuChain, order, edges):
-    """Per node: `need`, the least `H`-relative peak any completion has (NEG: none has
-    an op), and `rest`, the least seconds any completion adds with `H` ignored."""
-    n = chain.n
-    need: dict[tuple[int, int], int] = {}
-    rest: dict[tuple[int, int], float] = {}
-    for node in reversed(order):
-        best_need, best_rest = None, math.inf
-        for t, b, cost, held, extra in edges[node]:
-            if t + 1 < n:
-                nxt = (t + 1, b)
-                if nxt not in rest or rest[nxt] == math.inf:
-                    continue
-                later = need[nxt]
-                total = max(cost, held + later if later > NEG else NEG)
-                seconds = extra + rest[nxt]
-            else:
-                total, seconds = cost, extra
-            best_need = total if best_need is None else min(best_need, total)
-            best_rest = min(best_rest, seconds)
-        # A node no completion leaves fits nothing: its need is beyond any room.
-        need[node] = DEAD if best_rest == math.inf else (NEG if best_need is None else best_need)
-        rest[node] = best_rest
+def _lookahead(edges) -> tuple[np.ndarray, np.ndarray]:
+    """Per node index: `need`, the least `H`-relative peak any completion has (NEG: none
+    has an op; DEAD: no completion fits), and `rest`, the least seconds any completion
+    adds with `H` ignored (inf: none)."""
+    count = len(edges)
+    need = np.full(count, DEAD, dtype=np.int64)
+    rest = np.full(count, np.inf)
+    for x in range(count - 1, -1, -1):
+        target, cost, held, extra = edges[x]
+        final = target < 0
+        safe = np.where(final, 0, target)
+        ok = final | np.isfinite(rest[safe])
+        if not ok.any():
+            continue
+        later = need[safe]
+        total = np.where(final, cost, np.maximum(cost, np.where(later > NEG, held + later, NEG)))
+        seconds = extra + np.where(final, 0.0, rest[safe])
+        need[x] = total[ok].min()
+        rest[x] = seconds[ok].min()
     return need, rest
 
 
-def _edge_tables(chain: MenuChain, order, edges, need, rest, room: int) -> list[tuple]:
+def _edge_tables(edges, need, rest, room: int) -> list[tuple]:
     """Per node index, its edges as arrays: the target node's index (-1: the chain's
     end), the largest `H` a label may hold to take the edge (its segment fits and
-    the target's `need` still fits above it), `held`, seconds added, and `rest` of
-    the target (a lower bound on the seconds any completion from there adds)."""
-    n = chain.n
-    index = {node: x for x, node in enumerate(order)}
+    the target's `need` still fits above it), `held`, seconds added, `rest` of the
+    target (a lower bound on the seconds any completion from there adds), and cost."""
     tables = []
-    for node in order:
-        target, top, held_, extra_, after_ = [], [], [], [], []
-        for t, b, cost, held, extra in edges[node]:
-            nxt = (t + 1, b)
-            limit = room - cost if cost > NEG else OPEN
-            if t + 1 < n:
-                ahead = need[nxt]
-                if ahead > NEG:
-                    limit = min(limit, room - ahead - held)
-                target.append(index[nxt])
-                after_.append(rest[nxt])
-            else:
-                target.append(-1)
-                after_.append(0.0)
-            top.append(limit)
-            held_.append(held)
-            extra_.append(extra)
-        tables.append(
-            (
-                np.array(target, dtype=np.int64),
-                np.array(top, dtype=np.int64),
-                np.array(held_, dtype=np.int64),
-                np.array(extra_, dtype=np.float64),
-                np.array(after_, dtype=np.float64),
-            )
-        )
+    for target, cost, held, extra in edges:
+        final = target < 0
+        safe = np.where(final, 0, target)
+        limit = np.where(cost > NEG, room - cost, OPEN)
+        ahead = np.where(final, NEG, need[safe])
+        limit = np.minimum(limit, np.where(ahead > NEG, room - ahead - held, OPEN))
+        after = np.where(final, 0.0, rest[safe])
+        tables.append((target, limit, held, extra, after, cost))
     return tables
 
 
