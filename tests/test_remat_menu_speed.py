@@ -10,11 +10,16 @@ work a search charges must bound it: a limit just past its edges stops it.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import random
 
+import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from remat_chains import random_v2_chain
+from strategies import v3_profiles
 
 import planopt
 from planopt.budget import keep_all_peak
@@ -175,3 +180,46 @@ def test_the_edge_arrays_are_the_running_rows(seed):
                         break
                 got = list(zip(*(x.tolist() for x in edges.node(k, a, room)), strict=True))
                 assert got == want, (k, a, fraction)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(v3_profiles(1, 6), st.integers(0, 1000))
+def test_the_lagrangian_bound_is_below_every_fitting_completion(profile, pick):
+    """At every node of every keep/option/recompute plan that fits, what the plan's rest
+    adds is at least the bound at the bytes the plan holds there (`menu_bound`'s NOTE)."""
+    from solvers.remat import menu_search
+    from solvers.remat.menu_bound import MenuBound
+
+    chain = MenuChain(profile)
+    n = chain.n
+    order = [(-1, 0)] + [(k, a) for k in range(n) for a in range(len(chain.choices[k]))]
+    index = {node: x for x, node in enumerate(order)}
+    plans = []
+    for acts in itertools.product((True, False), repeat=n):
+        menus = [range(len(chain.choices[i])) if kept else (0,) for i, kept in enumerate(acts)]
+        for picks in itertools.product(*menus):
+            actions = tuple("keep" if kept else "recompute" for kept in acts)
+            options = tuple(chain.choices[i][c][0] for i, c in enumerate(picks))
+            plans.append((acts, picks, chain.peak(actions, options) - chain.static))
+    peaks = sorted({p for _, _, p in plans})
+    room = peaks[pick % len(peaks)]
+    edges, _ = menu_search._edges(chain, order, room, lambda: False)
+    need, rest = menu_search._lookahead(edges)
+    bound = MenuBound(chain, menu_search._edge_tables(edges, need, rest, room), room)
+    for acts, picks, peak in plans:
+        if peak > room:
+            continue
+        kept = [(-1, 0)] + [(k, picks[k]) for k in range(n) if acts[k]]
+        seconds = [0.0] * len(kept)  # what the plan adds above each kept node
+        for x in range(len(kept) - 1, -1, -1):
+            k = kept[x][0]
+            top = kept[x + 1][0] if x + 1 < len(kept) else n
+            regen = chain.choices[top][kept[x + 1][1]][2] if top < n else 0.0
+            later = seconds[x + 1] if x + 1 < len(kept) else 0.0
+            seconds[x] = later + sum(chain.fwd[k + 1 : top]) + regen
+        held = 0
+        for x, (k, a) in enumerate(kept):
+            low = bound.lower(index[(k, a)], np.array([held], dtype=np.int64))[0]
+            assert low <= seconds[x] + bound.margin, (k, a, held)
+            top = kept[x + 1] if x + 1 < len(kept) else (n, 0)
+            held += chain.segment(k, a, top[0] - 1, top[1])[1]
