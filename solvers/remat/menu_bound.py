@@ -92,3 +92,8 @@ class MenuBound:
         """A lower bound on the seconds any completion from node `x` adds above `held` bytes."""
         priced = (held.astype(np.float64) - self.room)[:, None] * self.prices[None, :]
         return np.minimum(self.z[x], (priced + self.f[x][None, :]).max(axis=1))
+
+    def lower_at(self, nodes: np.ndarray, held: np.ndarray) -> np.ndarray:
+        """`lower` for pairs (node index, held bytes), one bound each."""
+        priced = (held.astype(np.float64) - self.room)[:, None] * self.prices[None, :]
+        return np.minimum(self.z[nodes], (priced + self.f[nodes]).max(axis=1))

@@ -28,6 +28,11 @@ label), so the optimum's own labels all survive:
 5. The Lagrangian bound (`menu_bound`'s NOTE has the proof): a front's
    label whose seconds plus the bound at its `H` exceed the incumbent's
    (plus the slack and the bound's rounding margin).
+6. The same bound per edge, before its labels are made: the labels of the
+   edge's suffix (pruning 4) all hold at least `H` of its first label plus
+   the edge's `held` at the target, and the bound grows with `H`, so the
+   bound there (less its margin) replaces `rest` in pruning 4's test; the
+   suffix can only shrink, and it is redone `REFINE` times.
 Labels the fronts drop are dropped with their dominated ones, so each
 front stays Pareto-minimal and a node's front is final when it is expanded
 (edges lead to later nodes only). The tests check the optimum against
@@ -59,6 +64,7 @@ EDGE_WORK = 1e-6  # work units per edge tried from an expanded node
 SEGMENT_WORK = 1e-7  # work units per segment cost computed (`MenuEdges.tried`)
 BOUND_WORK = 1e-8  # work units per (edge, price) of the Lagrangian bound
 OPEN = 1 << 62  # no limit on H from this edge
+REFINE = 2  # rounds of the bound at the least H of each edge's suffix (pruning 6)
 
 
 def solve_menus(
@@ -119,7 +125,17 @@ def solve_menus(
         stop = np.searchsorted(held_h, top_h, side="right")
         # (b) the seconds prune: a suffix (seconds strictly descending along the front)
         if best_seconds < math.inf:
-            start = np.searchsorted(-seconds, extra + after - (best_seconds + slack), side="left")
+            cap = best_seconds + slack
+            start = np.searchsorted(-seconds, extra + after - cap, side="left")
+            # (c) the bound at the least H the suffix holds (it grows with H), twice
+            inner = np.flatnonzero((target >= 0) & (start < stop))
+            for _ in range(REFINE):
+                if not len(inner):
+                    break
+                least = held_h[start[inner]] + held[inner]
+                ahead = bound.lower_at(target[inner], least) - bound.margin
+                start[inner] = np.searchsorted(-seconds, extra[inner] + ahead - cap, side="left")
+                inner = inner[start[inner] < stop[inner]]
         else:
             start = np.zeros(len(target), dtype=np.int64)
         count = np.maximum(stop - start, 0)
