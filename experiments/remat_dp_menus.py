@@ -2,13 +2,14 @@
 
 Run from the repository root:
 
-    python -m experiments.remat_dp_menus --tag after     # rows into results/remat_dp_menus.json
+    python -m experiments.remat_dp_menus --tag after     # results/remat_dp_menus_after.json
     python -m experiments.remat_dp_menus --render        # results/remat_dp_menus.md
 
-`--tag before` was run with the search of commit 967421b (the plain-Python
+Each run rewrites its tag's rows and the table. `--tag before` was run
+with the search of commit 967421b (the plain-Python
 label search: `solvers/remat/menu_search.py` and `menus.py` of that commit
 checked out over the working tree), `--tag after` with this branch's; the
-rows of both stay in the JSON file and `--render` writes the table.
+rows of both stay in their JSON files and `--render` writes the table.
 
 Chains: `random_chain(L, seed=0, version=2)` (the "mixed" family), where
 every layer with internals and a forward gets three options keeping 1/4,
@@ -39,7 +40,13 @@ from planopt.random_chain import random_chain
 from solvers.remat_dp import remat_dp
 
 RESULTS = Path(__file__).parent / "results"
-ROWS = RESULTS / "remat_dp_menus.json"
+TAGS = ("before", "after")
+
+
+def rows_file(tag: str) -> Path:
+    return RESULTS / f"remat_dp_menus_{tag}.json"
+
+
 LENGTHS = (64, 200, 1000)
 FRACTIONS = (0.7, 0.5, 0.3)
 
@@ -155,7 +162,7 @@ def main() -> None:
     parser.add_argument("--limit", type=float, default=60.0, help="seconds a run may take")
     parser.add_argument("--render", action="store_true")
     args = parser.parse_args()
-    rows = json.loads(ROWS.read_text()) if ROWS.exists() else []
+    rows: list[dict] = []
     if not args.render:
         chains = [menu_chain(n) for n in args.lengths]
         if args.traced:
@@ -165,14 +172,13 @@ def main() -> None:
             for fraction in args.fractions:
                 row = {"tag": args.tag, **run(profile, fraction, args.limit)}
                 print(json.dumps(row), flush=True)
-                rows = [
-                    r
-                    for r in rows
-                    if (r["tag"], r["chain"], r["fraction"]) != (args.tag, row["chain"], fraction)
-                ]
                 rows.append(row)
-                ROWS.write_text(json.dumps(rows, indent=1) + "\n")
-    (RESULTS / "remat_dp_menus.md").write_text(render(rows))
+                rows_file(args.tag).write_text(json.dumps(rows, indent=1) + "\n")
+    every = []
+    for tag in TAGS:
+        if rows_file(tag).exists():
+            every += json.loads(rows_file(tag).read_text())
+    (RESULTS / "remat_dp_menus.md").write_text(render(every))
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ class MenuEdges:
     def __init__(self, chain: MenuChain) -> None:
         self.chain = chain
         self.tried = 0  # segment costs computed (the work charged)
+        self._cached: tuple | None = None  # ((k, room), layer k's pass with h = 0)
         n = chain.n
         i64 = np.int64
         o, s, p = (np.array(v, dtype=i64) for v in (chain.o, chain.s, chain.p))
@@ -115,12 +116,27 @@ class MenuEdges:
         return t0, b0, c0, h0, extra
 
     def _run(self, k: int, a: int, room: int) -> tuple[np.ndarray, ...]:
-        """The entries with a non-empty run (`t = k+1 .. n-1`)."""
-        n = self.chain.n
+        """The entries with a non-empty run (`t = k+1 .. n-1`): the layer's pass with
+        `h = 0` (cached for its next choice), shifted by choice `a`'s held bytes."""
+        if self._cached is None or self._cached[0] != (k, room):
+            self._cached = ((k, room), self._relative(k, room))
+        ts, bb, cost, growing, base = self._cached[1]
         h = self.chain.choices[k][a][1] if k >= 0 else 0
+        over = np.flatnonzero(growing + h > room)  # `NEG + h` stays far below any room
+        rows = over[0] + 1 if len(over) else len(growing)
+        self.tried += rows * self.width
+        end = int(np.searchsorted(ts, k + 1 + rows))  # entries by top ascending
+        cost = cost[:end]
+        cost = np.where(cost > NEG, cost + h, NEG)
+        return ts[:end], bb[:end], cost, np.full(end, base + h, dtype=np.int64)
+
+    def _relative(self, k: int, room: int) -> tuple[np.ndarray, ...]:
+        """Layer `k`'s entries with `h = 0`, up to the first top whose growing terms pass
+        the room: `(t, b, cost, growing per top, base)`."""
+        n = self.chain.n
         if k >= 0:
-            base = h + int(self.o[k])
-            r_k = h + (int(self.o[k]) if self.so[k] or self.si[k + 1] else 0)
+            base = int(self.o[k])
+            r_k = int(self.o[k]) if self.so[k] or self.si[k + 1] else 0
         else:
             base = r_k = 0
         ts = np.arange(k + 1, n)
@@ -137,7 +153,7 @@ class MenuEdges:
         if len(over):
             stop = over[0] + 1
             ts, fmax, qmax, growing = ts[:stop], fmax[:stop], qmax[:stop], growing[:stop]
-        hold = shift + self.W[ts + 1]  # after the top joined: r_k + w_{k+1} + ... + w_{t-1} + w_t
+        hold = shift + self.W[ts]  # before the top joins: r_k + w_{k+1} + ... + w_{t-1}
         width = self.width
         top = ts + 1 < n
         j = np.minimum(ts + 1, n - 1)
@@ -149,9 +165,8 @@ class MenuEdges:
             cost = np.maximum(cost, first + above)
         qok = qmax >= LOW
         cost = np.where(qok[:, None], np.maximum(cost, qmax[:, None] + above), cost)
-        # the top step: hold after the block (`u = t+1`) or base
-        held_top = hold - self.W[ts + 1] + self.W[ts] + self.s[ts] + self.o[ts]
-        step = np.where(reads, held_top[:, None], base)
+        # the top step: hold after the block (`u = t+1`: the top's output read) or base
+        step = np.where(reads, (hold + self.s[ts] + self.o[ts])[:, None], base)
         bstep = self.bstep[j][:, None]
         regen = self.regen[j]
         stepped = np.maximum(
@@ -159,6 +174,5 @@ class MenuEdges:
         )
         cost = np.where(top[:, None], np.maximum(cost, stepped), cost)
         cost = np.where(cost < LOW, NEG, cost)
-        self.tried += len(ts) * width
         tt, bb = np.nonzero(valid)
-        return ts[tt], bb.astype(np.int64), cost[tt, bb], np.full(len(tt), base, dtype=np.int64)
+        return ts[tt], bb.astype(np.int64), cost[tt, bb], growing, base

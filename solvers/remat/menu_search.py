@@ -95,6 +95,9 @@ def solve_menus(
         return _stopped(chain, None, incumbent, 0.0, order, {})
     need, rest = _lookahead(edges)
     lower = float(rest[0])
+    if lower == math.inf or need[0] > room:  # no completion of the empty plan fits
+        found = _better(chain, None, incumbent, order, {})
+        return MenuResult(found, True, math.inf if found is None else found.makespan)
     tables = _edge_tables(edges, need, rest, room)
     bound = MenuBound(chain, tables, room)
     charge(sum(len(t[0]) for t in tables) * len(bound.prices) * BOUND_WORK)
