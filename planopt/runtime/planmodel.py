@@ -37,6 +37,7 @@ from planopt.result import Solution, Status
 from planopt.runtime.apply import PlanHandle, apply
 from planopt.runtime.errors import RuntimeOptionError
 from planopt.runtime.inplace import InPlaceProfile, profile_in_place
+from planopt.runtime.menus import MENU_SIZE
 from planopt.runtime.regions import Batch, StepLossFn, batch_tensors, step_loss
 from planopt.runtime.tracker import LiveMemory
 from planopt.runtime.training import prepare_grads, restored
@@ -141,6 +142,8 @@ def plan_model(
     warmup: int = 1,
     check_regime: str = "warn",
     signed_scratch: bool = False,
+    menus: bool = True,
+    menu_size: int | None = MENU_SIZE,
     **options,
 ) -> PlanHandle:
     """Profile `model` in place, solve for `budget`, apply the plan (module docstring).
@@ -150,7 +153,8 @@ def plan_model(
     a link given is also emulated by the copies). `grads_to_none`: the loop
     sets gradients to None between steps (`optimizer.zero_grad()`'s default).
     `options` go to `planopt.solve` (`work_limit`, `seed`, a method's own).
-    `signed_scratch`: see `profile_in_place` (cost model v3).
+    `signed_scratch`, `menus`, `menu_size`: see `profile_in_place` (cost model v3;
+    with menus the solver may give a kept block a partial option).
     The handle carries `solution` and `inplace` (the `InPlaceProfile`).
     """
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
@@ -166,6 +170,8 @@ def plan_model(
         grads_to_none=grads_to_none,
         optimizer=optimizer,
         signed_scratch=signed_scratch,
+        menus=menus,
+        menu_size=menu_size,
     )
     solution = solve_pinned(inplace.profile, budget, method, **options)
     if solution.plan is None:
