@@ -36,8 +36,8 @@ from torch import nn
 from planopt.errors import UnsupportedProfileError
 from planopt.profile import Device, Layer, Profile
 from planopt.runtime.errors import RuntimeOptionError
-from planopt.runtime.inplacestep import InstrumentedStep
 from planopt.runtime.inplacemenus import block_menus
+from planopt.runtime.inplacestep import InstrumentedStep
 from planopt.runtime.link import measure_cuda_link
 from planopt.runtime.memory import static_bytes
 from planopt.runtime.menus import MENU_SIZE
