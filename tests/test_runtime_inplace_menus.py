@@ -134,3 +134,18 @@ def test_menus_false_gives_the_old_v2_profile():
         handle.remove()
     with_menus = profile_in_place(model, batch, link=INSTANT, iterations=1, warmup=0)
     assert all(layer.options for layer in with_menus.profile.layers[1:-1])
+
+
+def test_plan_model_keeps_the_solver_s_options_and_fits():
+    """solve_pinned re-scores the plan with its options (it dropped them: no plan fit)."""
+    model, batch, _ = tiny("llama", size="act")
+    m = copy.deepcopy(model)
+    handle = plan_model(m, batch, budget="40%", method="remat-dp", iterations=1, warmup=0)
+    try:
+        plan = handle.solution.plan
+        assert plan.options is not None and any(o is not None for o in plan.options)
+        measured = measure_step(m, batch, handle=handle)
+        assert measured.peak_bytes <= planopt.parse_budget("40%", handle.inplace.profile) * 1.005
+        assert -0.005 <= measured.error <= 0.03
+    finally:
+        handle.remove()

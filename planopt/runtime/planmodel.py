@@ -49,12 +49,16 @@ PIN_TRIES = 4
 
 
 def _pinned(plan: Plan, profile: Profile) -> Plan:
-    """`plan`'s actions on `profile`, the prefix and suffix (code around the blocks) kept."""
+    """`plan`'s actions and options on `profile`, the prefix and suffix (code around the
+    blocks) kept whole."""
     actions = list(plan.actions)
     prefetch, wait = list(plan.prefetch_at), list(plan.swap_wait)
+    options = list(plan.options) if plan.options is not None else None
     for i in (0, len(actions) - 1):
         actions[i], prefetch[i], wait[i] = KEEP, None, None
-    return Plan.build(actions, prefetch, wait, profile=profile)
+        if options is not None:
+            options[i] = None
+    return Plan.build(actions, prefetch, wait, profile=profile, options=options)
 
 
 def solving_profile(profile: Profile) -> Profile:
