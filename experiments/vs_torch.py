@@ -440,7 +440,9 @@ def main(argv: list[str] | None = None) -> int:
     out.with_suffix(".json").write_text(
         json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=1)
     )
-    write_markdown(rows, meta, out)
+    # a hand-written summary of the rows, kept beside the parts it describes
+    summary = out.with_name(out.stem + "_summary.md")
+    write_markdown(rows, meta, out, summary.read_text().strip() if summary.exists() else "")
     write_figure(rows, Path(args.figure))
     return 0
 
