@@ -12,6 +12,7 @@ peak matches `planopt.simulate`'s prediction (same tolerance as
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 
 import pytest
@@ -48,11 +49,14 @@ def _train(model, batch, make=None):
     return [p.detach().clone() for p in model.parameters()]
 
 
-# KNOWN (found here, not fixed): GPT-2 with every block on its fullest option
-# measures, in some runs of the same plan in one process, 204416 bytes (1.7%) over
-# the prediction, by both the live-storage tracker and torch's MemTracker; the
-# other runs match to 16 bytes. Keep-only plans are stable. Cause not found yet.
-FLAKY = pytest.mark.xfail(strict=False, reason="GPT-2 fullest option: peak varies run to run")
+# KNOWN (found here, not fixed): a policy that saves an operator in the middle of an
+# elementwise chain (GPT-2's gelu_new: `pow` saved, the `mul` that addmm reads not)
+# makes the replay run the chain's unsaved temporaries (262,144 bytes each, never
+# saved by autograd), which cost model v3's option does not count: measured 204,416
+# bytes (1.7%) over the prediction, by the live-storage tracker and torch's MemTracker
+# alike (`test_replayed_temporaries_are_not_in_the_prediction`). Which policy is GPT-2's
+# fullest menu entry depends on measured operator times, so this case fails in some runs.
+FLAKY = pytest.mark.xfail(strict=False, reason="v3 options omit replayed temporaries (see KNOWN)")
 
 
 @pytest.mark.parametrize(
@@ -149,3 +153,34 @@ def test_plan_model_keeps_the_solver_s_options_and_fits():
         assert -0.005 <= measured.error <= 0.03
     finally:
         handle.remove()
+
+
+# GPT-2 block positions (tiny "act"): 57 is gelu_new's pow, 63 the mul addmm (65) reads
+BAD = (*range(27), 28, *range(32, 47), *range(50, 56), 57, 61, 65, 66)
+
+
+@pytest.mark.xfail(strict=True, reason="v3 options omit replayed temporaries (see KNOWN)")
+def test_replayed_temporaries_are_not_in_the_prediction():
+    from planopt.profile import LayerOption
+    from planopt.runtime.inplacemenus import block_arguments
+    from planopt.runtime.sac import held_under_policy
+
+    model, batch, _ = tiny("gpt2", size="act")
+    prof = profile_in_place(model, batch, link=INSTANT, iterations=1, warmup=0, menus=False)
+    block = model.transformer.h[0]
+    args, kwargs = block_arguments(model, batch, block)
+    x = args[0].detach().requires_grad_(True)
+    held = held_under_policy(block, x, BAD, kwargs).held
+    assert held < prof.profile.layers[1].saved_bytes
+    option = LayerOption("bad", held, prof.profile.layers[1].fwd, BAD)
+    layers = [
+        layer if i in (0, len(prof.profile) - 1) else dataclasses.replace(layer, options=(option,))
+        for i, layer in enumerate(prof.profile.layers)
+    ]
+    prof3 = dataclasses.replace(prof, profile=prof.profile.replace_layers(layers))
+    n = len(layers)
+    plan = Plan.build(["keep"] * n, options=[None, *["bad"] * (n - 2), None], profile=prof3.profile)
+    m = copy.deepcopy(model)
+    with apply(m, plan, prof3) as handle:
+        measured = measure_step(m, batch, handle=handle)
+    assert -0.005 <= measured.error <= 0.03, (measured.peak_bytes, measured.predicted_bytes)
