@@ -18,6 +18,9 @@ weights and batch), one thread (`torch.set_num_threads(1)`):
   menus; the prefix and suffix are kept, as `apply` plans blocks); swaps run on
   `ThreadCopies` over the emulated link on the compute thread's clock, so
   their stalls are in the step time;
+- planopt + menus (group `planopt-menus`): the same, with each block
+  class's SAC menu on the profile (cost model v3), planned by remat-dp and
+  the greedy at 70/50/30% (`MENU_METHODS`);
 - the baselines of `experiments.vs_torch_methods` (HF checkpointing, op
   SAC, torch.compile's memory budget, save_on_cpu).
 
