@@ -18,6 +18,9 @@ weights and batch), one thread (`torch.set_num_threads(1)`):
   menus; the prefix and suffix are kept, as `apply` plans blocks); swaps run on
   `ThreadCopies` over the emulated link on the compute thread's clock, so
   their stalls are in the step time;
+- planopt + menus (group `planopt-menus`): the same, with each block
+  class's SAC menu on the profile (cost model v3), planned by remat-dp and
+  the greedy at 70/50/30% (`MENU_METHODS`);
 - the baselines of `experiments.vs_torch_methods` (HF checkpointing, op
   SAC, torch.compile's memory budget, save_on_cpu).
 
@@ -79,7 +82,10 @@ INSTANT = planopt.Device("instantaneous (synchronous CPU copies)", 1e15, 1e15, 0
 BUDGETS = (70, 50, 30)
 SPACES = {"recompute-only": "recompute-only", "exact": "joint"}
 WORK_LIMIT = 2e7
-GROUPS = ("eager", "compile-default", "compile", "planopt")
+# planopt with menus (cost model v3): remat-dp (keep, recompute whole, or keep with an
+# option) and the greedy (pooch: whose stage 5 gives kept layers options).
+MENU_METHODS = {"remat-dp": "remat-dp", "greedy": "greedy"}
+GROUPS = ("eager", "compile-default", "compile", "planopt", "planopt-menus")
 COMPILE_GROUPS = {"compile-default": (1.0,), "compile": tuple(p / 100 for p in BUDGETS)}
 
 
@@ -223,7 +229,9 @@ def _solve(profile, pct, method: str):
     known to be met; exact for recompute-only), raised to what the pinned
     plan needs when the prefix and suffix, kept, need more.
     """
-    options = dict(work_limit=WORK_LIMIT, seed=0, threads=1)
+    options: dict = dict(work_limit=WORK_LIMIT, seed=0)
+    if method in SPACES:  # the MIP back-ends: one thread
+        options["threads"] = 1
     if pct != "min":
         return solve_pinned(profile, f"{pct}%", method, **options)
     budget = space_min_budget(solving_profile(profile), SPACES[method]).upper
@@ -234,9 +242,19 @@ def _solve(profile, pct, method: str):
 
 
 def planopt_rows(
-    name: str, scale: str, steps: int, warmup: int, seed: int, emulate: bool = True
+    name: str,
+    scale: str,
+    steps: int,
+    warmup: int,
+    seed: int,
+    emulate: bool = True,
+    menus: bool = False,
 ) -> list[Row]:
     """One in-place profile, then a plan per space and budget, each applied and measured.
+
+    `menus`: the profile has each block class's SAC menu (cost model v3) and
+    the plans are remat-dp's and the greedy's at 70/50/30% (`MENU_METHODS`);
+    else whole blocks (v2) in the spaces of `SPACES`, at the least budget too.
 
     `emulate=False` (the tests): swaps copy synchronously, not on the link's
     threads, and the profile's link is instantaneous to match; a worker
@@ -246,12 +264,22 @@ def planopt_rows(
     link = LINK if emulate else INSTANT
     bench = build(name, seed, scale)
     inplace = profile_in_place(
-        bench.model, bench.batch, bench.loss_fn, link=link, timer="thread", iterations=3, warmup=1
+        bench.model,
+        bench.batch,
+        bench.loss_fn,
+        link=link,
+        timer="thread",
+        iterations=3,
+        warmup=1,
+        menus=menus,
     )
     rows = []
-    for method, space in SPACES.items():
-        for pct in (*BUDGETS, "min"):
+    spaces = MENU_METHODS if menus else SPACES
+    for method, space in spaces.items():
+        for pct in BUDGETS if menus else (*BUDGETS, "min"):
             label = f"planopt {space} {pct}{'' if pct == 'min' else '%'}"
+            if menus:
+                label = f"planopt + menus {space} {pct}%"
             row = Row(name, label, "planopt")
 
             def make(method=method, label=label, pct=pct, row=row):
@@ -270,7 +298,10 @@ def planopt_rows(
                 )
                 row.budget = sol.budget
                 row.predicted = planopt.simulate(inplace.profile, plan).peak_bytes
-                row.plan = "".join(a.value[0].upper() for a in plan.actions)
+                row.plan = "".join(
+                    "O" if o is not None else a.value[0].upper()
+                    for a, o in zip(plan.actions, plan.options or [None] * len(plan), strict=True)
+                )
                 note = sol.status.value
                 if pct == "min":
                     keep_all = planopt.parse_budget("100%", inplace.profile)
@@ -358,6 +389,8 @@ def run_model(
         rows += baseline_rows(name, scale, steps, warmup, seed, "eager" in groups, fractions)
     if "planopt" in groups:
         rows += planopt_rows(name, scale, steps, warmup, seed, emulate)
+    if "planopt-menus" in groups:
+        rows += planopt_rows(name, scale, steps, warmup, seed, emulate, menus=True)
     return rows
 
 
@@ -410,7 +443,9 @@ def main(argv: list[str] | None = None) -> int:
     out.with_suffix(".json").write_text(
         json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=1)
     )
-    write_markdown(rows, meta, out)
+    # a hand-written summary of the rows, kept beside the parts it describes
+    summary = out.with_name(out.stem + "_summary.md")
+    write_markdown(rows, meta, out, summary.read_text().strip() if summary.exists() else "")
     write_figure(rows, Path(args.figure))
     return 0
 

@@ -51,6 +51,15 @@ def ratio(row, rows: Sequence) -> tuple[float | None, str]:
     return row.time / best.time, best.method
 
 
+def _no_plan(row) -> bool:
+    """A planopt row whose budget no plan met (with the prefix and suffix kept)."""
+    return row.planopt and ("no plan" in row.error or row.error.startswith("BudgetError"))
+
+
+def _menus(row) -> bool:
+    return row.method.startswith("planopt + menus")
+
+
 def _is_min(row) -> bool:
     return row.method.endswith(" min")
 
@@ -123,8 +132,8 @@ def checks(rows: Sequence) -> dict:
             r for r in ours if ratio(r, rows)[0] is not None and r not in [x for x, _, _ in slower]
         ],
         "alone": [r for r in ours if ratio(r, rows)[0] is None],
-        "no_plan": [r for r in rows if r.planopt and "no plan" in r.error],
-        "failed": [r for r in rows if r.error and not (r.planopt and "no plan" in r.error)],
+        "no_plan": [r for r in rows if _no_plan(r)],
+        "failed": [r for r in rows if r.error and not _no_plan(r)],
     }
 
 
@@ -143,8 +152,12 @@ def write_markdown(rows: Sequence, meta: dict, path: Path, summary: str = "") ->
         f"copies), gradients set to None between steps for every method. Link for swaps: "
         f"{meta['link']}. Whole run: {meta['wall_seconds']} s wall. Peaks in MiB; `ratio` "
         "= this row's step time / the fastest row of the other side (planopt vs baselines) whose "
-        "measured peak is equal or lower (< 1: faster). planopt plans whole blocks (cost "
-        "model v2, no per-operator menus) and keeps the model's prefix and suffix; "
+        "measured peak is equal or lower (< 1: faster). planopt keeps the model's prefix and "
+        "suffix and plans its blocks: whole (cost model v2, rows `planopt recompute-only` / "
+        "`joint`) or, in the `planopt + menus` rows (cost model v3), also with each block "
+        "class's exact SAC menu (at most 8 options: operator positions a block saves, the "
+        "rest replayed) by remat-dp (keep, recompute, or keep with an option) and the greedy "
+        "(pooch: keep, swap, recompute, keep with an option); "
         "`min` = the least budget its space reaches on the model. Why a row loses is under "
         "Checks; the same analysis in words is in `experiments/REPORT.md`.",
         "",
@@ -175,8 +188,11 @@ def write_markdown(rows: Sequence, meta: dict, path: Path, summary: str = "") ->
         ),
         f"- planopt rows at least as fast as every baseline at equal or lower peak: "
         f"{len(c['at_least_as_fast'])}; with no baseline at or below their peak: "
-        f"{len(c['alone'])}; slower than one (below): {len(c['slower'])}",
-        f"- budgets with no whole-block plan (prefix and suffix kept; the `min` rows give the "
+        f"{len(c['alone'])}; slower than one (below): {len(c['slower'])}; of them with menus: "
+        f"{sum(_menus(r) for r in c['at_least_as_fast'])} at least as fast, "
+        f"{sum(_menus(r) for r, _, _ in c['slower'])} slower, of "
+        f"{sum(_menus(r) for r in rows if r.planopt and _ok(r))} measured",
+        f"- budgets with no plan (prefix and suffix kept; the `min` rows give the "
         f"least budget each space reaches): {len(c['no_plan'])}: "
         + ", ".join(f"{r.model} {r.method.removeprefix('planopt ')}" for r in c["no_plan"]),
         f"- baselines that failed: {len(c['failed'])}"

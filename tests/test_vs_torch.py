@@ -105,3 +105,25 @@ def test_the_ratio_compares_with_the_other_side_at_equal_or_lower_peak():
     assert checks["slower"] == []
     # ckpt (peak 50) is faster than ours-40, the only planopt row at or below 50
     assert [(r.method, w) for r, _, w in checks["beaten_baselines"]] == [("ckpt", "ours-40")]
+
+
+def test_planopt_with_menus_stays_within_its_budget_and_prediction():
+    """The `planopt-menus` group: remat-dp and the greedy over each block's SAC menu."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        ours = vs_torch.run_model(
+            "gpt2", scale="tiny", steps=1, warmup=0, groups=("planopt-menus",), emulate=False
+        )
+    finally:
+        torch.set_num_threads(threads)
+    assert len(ours) == len(vs_torch.MENU_METHODS) * len(vs_torch.BUDGETS)
+    assert all(r.planopt and r.method.startswith("planopt + menus") for r in ours)
+    measured = [r for r in ours if not r.error]
+    assert measured and any("O" in r.plan for r in measured)  # some plan took an option
+    for r in ours:
+        assert not r.error or vs_torch_report._no_plan(r), r.error
+    for r in measured:
+        assert r.peak <= r.budget, (r.method, r.peak, r.budget)
+        assert r.predicted >= r.peak * (1 - vs_torch_report.UNDER_MAX), r.method
+        assert abs(vs_torch_report.pred_error(r)) <= vs_torch_report.PRED_MAX, r.method

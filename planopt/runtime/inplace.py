@@ -36,9 +36,11 @@ from torch import nn
 from planopt.errors import UnsupportedProfileError
 from planopt.profile import Device, Layer, Profile
 from planopt.runtime.errors import RuntimeOptionError
+from planopt.runtime.inplacemenus import block_menus
 from planopt.runtime.inplacestep import InstrumentedStep
 from planopt.runtime.link import measure_cuda_link
 from planopt.runtime.memory import static_bytes
+from planopt.runtime.menus import MENU_SIZE
 from planopt.runtime.modelblocks import find_model_blocks
 from planopt.runtime.profiler import GRADS_TO_NONE_NOTE
 from planopt.runtime.regions import Batch, StepLossFn, UseCacheOff, batch_tensors
@@ -104,6 +106,8 @@ def profile_in_place(
     timer: str = "wall",
     name: str | None = None,
     signed_scratch: bool = False,
+    menus: bool = True,
+    menu_size: int | None = MENU_SIZE,
 ) -> InPlaceProfile:
     """Measure `model` on `batch` in place (module docstring); the model is left as found.
 
@@ -116,6 +120,9 @@ def profile_in_place(
     gradients peak gets a negative `bwd_work_bytes` (its `bwd_release`,
     down to the floor v3 allows) instead of 0, so the simulator does not
     over-predict there; only methods that accept signed scratch plan it.
+    `menus` (cost model v3): each block class's SAC menu, at most `menu_size`
+    entries (`None`: the whole front), attached to its block layers
+    (`planopt.runtime.inplacemenus`); False: a cost model v2 profile.
     """
     frees = _backward_frees() if signed_scratch else None
     for what, value, low in (("iterations", iterations, 1), ("warmup", warmup, 0)):
@@ -210,4 +217,6 @@ def profile_in_place(
         layers=tuple(layers),
         source=source,
     )
+    if menus:
+        prof = block_menus(model, batch, prof, found, size=menu_size, timer=timer)
     return InPlaceProfile(prof, found.names, grads_to_none, type(model).__name__, release)

@@ -37,6 +37,7 @@ from planopt.result import Solution, Status
 from planopt.runtime.apply import PlanHandle, apply
 from planopt.runtime.errors import RuntimeOptionError
 from planopt.runtime.inplace import InPlaceProfile, profile_in_place
+from planopt.runtime.menus import MENU_SIZE
 from planopt.runtime.regions import Batch, StepLossFn, batch_tensors, step_loss
 from planopt.runtime.tracker import LiveMemory
 from planopt.runtime.training import prepare_grads, restored
@@ -48,12 +49,16 @@ PIN_TRIES = 4
 
 
 def _pinned(plan: Plan, profile: Profile) -> Plan:
-    """`plan`'s actions on `profile`, the prefix and suffix (code around the blocks) kept."""
+    """`plan`'s actions and options on `profile`, the prefix and suffix (code around the
+    blocks) kept whole."""
     actions = list(plan.actions)
     prefetch, wait = list(plan.prefetch_at), list(plan.swap_wait)
+    options = list(plan.options) if plan.options is not None else None
     for i in (0, len(actions) - 1):
         actions[i], prefetch[i], wait[i] = KEEP, None, None
-    return Plan.build(actions, prefetch, wait, profile=profile)
+        if options is not None:
+            options[i] = None
+    return Plan.build(actions, prefetch, wait, profile=profile, options=options)
 
 
 def solving_profile(profile: Profile) -> Profile:
@@ -141,6 +146,8 @@ def plan_model(
     warmup: int = 1,
     check_regime: str = "warn",
     signed_scratch: bool = False,
+    menus: bool = True,
+    menu_size: int | None = MENU_SIZE,
     **options,
 ) -> PlanHandle:
     """Profile `model` in place, solve for `budget`, apply the plan (module docstring).
@@ -150,7 +157,8 @@ def plan_model(
     a link given is also emulated by the copies). `grads_to_none`: the loop
     sets gradients to None between steps (`optimizer.zero_grad()`'s default).
     `options` go to `planopt.solve` (`work_limit`, `seed`, a method's own).
-    `signed_scratch`: see `profile_in_place` (cost model v3).
+    `signed_scratch`, `menus`, `menu_size`: see `profile_in_place` (cost model v3;
+    with menus the solver may give a kept block a partial option).
     The handle carries `solution` and `inplace` (the `InPlaceProfile`).
     """
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
@@ -166,6 +174,8 @@ def plan_model(
         grads_to_none=grads_to_none,
         optimizer=optimizer,
         signed_scratch=signed_scratch,
+        menus=menus,
+        menu_size=menu_size,
     )
     solution = solve_pinned(inplace.profile, budget, method, **options)
     if solution.plan is None:
