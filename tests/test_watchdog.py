@@ -64,14 +64,18 @@ def test_a_child_past_its_deadline_is_interrupted():
     assert _watchdogs() == []
 
 
-def test_a_child_that_ignores_sigint_is_killed():
+def test_a_child_that_ignores_sigint_is_killed(tmp_path):
     script = (
         "import signal, sys, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
         "print('ready', flush=True); time.sleep(30)"
     )
+    # A name of its own: the suite may have other python children by now (the
+    # resource tracker that multiprocessing's spawn starts lives as long as pytest).
+    python = tmp_path / "sigintignorer"
+    python.symlink_to(sys.executable)
     clock = ManualClock()
-    with stop_children_after("python", 5.0, kill_after=0.5, clock=clock) as watch:
-        child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    with stop_children_after("sigintignorer", 5.0, kill_after=0.5, clock=clock) as watch:
+        child = subprocess.Popen([str(python), "-c", script], stdout=subprocess.PIPE, text=True)
         assert child.stdout.readline().strip() == "ready"  # SIGINT is ignored from here on
         clock.advance()  # the deadline: SIGINT, ignored
         clock.advance()  # kill_after later: SIGKILL
