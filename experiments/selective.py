@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,19 +77,23 @@ def models():
 
 
 def traced(retrace: bool) -> list[tuple[str, Profile, float | None]]:
-    """(name, /3 profile, tracing CPU seconds or None when read from the cache)."""
+    """(name, /3 profile, tracing CPU seconds when it was traced: kept in
+    `trace_cpu.json` beside the cached profiles, None if unknown)."""
+    seconds_file = CACHE / "trace_cpu.json"
+    seconds = json.loads(seconds_file.read_text()) if seconds_file.exists() else {}
     out = []
     for entry in models():
         path = CACHE / f"{entry.name}.json"
         if retrace or not path.exists():
             start = time.process_time()
             profile = entry.profile(menus=True)
-            seconds: float | None = time.process_time() - start
+            seconds[entry.name] = round(time.process_time() - start, 2)
             CACHE.mkdir(parents=True, exist_ok=True)
             save_profile(profile, path)
+            seconds_file.write_text(json.dumps(seconds, indent=1, sort_keys=True) + "\n")
         else:
-            profile, seconds = load_profile(path), None
-        out.append((entry.name, profile, seconds))
+            profile = load_profile(path)
+        out.append((entry.name, profile, seconds.get(entry.name)))
     return out
 
 
