@@ -116,7 +116,9 @@ def bench_model(name: str, size: str, device: torch.device, steps: int, warmup: 
     chain = ref.chain.to(device)
     x, y = ref.batch(seed=1, device=device)
     link = None if device.type == "cuda" else INSTANT
-    prof = profile(chain, (x, y), ref.loss_fn, iterations=1, warmup=1, link=link, name=name)
+    prof = profile(
+        chain, (x, y), ref.loss_fn, iterations=1, warmup=1, link=link, name=name, menus=False
+    )
     samples = _interleaved(_variants(chain, x, y, ref.loss_fn, prof), device, chain, steps, warmup)
     return {"model": f"{name} ({size})", "layers": len(chain), **_summary(samples)}
 
@@ -127,7 +129,7 @@ def bench_fixed_cost(layers: int, device: torch.device, steps: int, warmup: int)
     chain = Chain.from_modules([torch.nn.Linear(1, 1) for _ in range(layers)]).to(device)
     x, y = torch.randn(1, 1, device=device), torch.randn(1, 1, device=device)
     link = None if device.type == "cuda" else INSTANT
-    prof = profile(chain, (x, y), mse_loss, iterations=1, warmup=1, link=link)
+    prof = profile(chain, (x, y), mse_loss, iterations=1, warmup=1, link=link, menus=False)
     samples = _interleaved(_variants(chain, x, y, mse_loss, prof), device, chain, steps, warmup)
     med = _summary(samples)
     return {

@@ -253,6 +253,7 @@ def run_model(ref, args, regime: str, rows: list[Row], skipped: list[str]) -> No
         link=INSTANT,
         grads_to_none=to_none,
         name=name,
+        menus=False,  # whole layers: every planner plans them (some refuse /3 menus)
     )
     rng = random.Random(args.seed)
     plans: list[tuple[str, str | None, Plan]] = [("keep-all", None, Plan.keep_all(prof))]

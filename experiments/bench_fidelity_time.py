@@ -270,7 +270,13 @@ def study(name: str, args, device: torch.device) -> tuple[dict, list[Row]]:
     cpu = device.type == "cpu"
     batch_size = CPU_BATCH.get(name) if cpu and args.size == "small" else None
     x, y = ref.batch(seed=args.seed + 1, device=device, batch_size=batch_size)
-    kw = dict(name=f"{name}-{args.size}", progress=False, link=PLACEHOLDER if cpu else None)
+    # Whole layers (menus=False): every planner plans them (some refuse /3 menus).
+    kw = dict(
+        name=f"{name}-{args.size}",
+        progress=False,
+        link=PLACEHOLDER if cpu else None,
+        menus=False,
+    )
     # The wall-clock profile a user would take (the `raw` column), and on CPU
     # one on the compute thread's clock, which the link is sized from.
     first = profile(chain, (x, y), ref.loss_fn, iterations=5, warmup=2, **kw)

@@ -1,9 +1,15 @@
-"""Plan quality against work limit and wall time, and the same plan on a quiet and a loaded machine.
+"""What a work unit costs per method, plan quality against work, the same plan quiet and loaded.
 
-Run from the repository root:
+Run from the repository root (about 15 minutes of CPU):
 
     python -m experiments.bench_work                 # writes experiments/results/work_limits.md
     python -m experiments.bench_work --methods lns --work 0.5 2 --output /tmp/w.md
+    python -m experiments.bench_work --no-calibration   # the second table only
+
+The first table is the calibration check: every registered method on the
+nets and work limits of `experiments.work_rates` (CPU-seconds of the
+method's call, its child processes included, per work unit it reported),
+summarised per method against the goal of one CPU-second a unit, +-30%.
 
 For each method and work limit it solves a 300-layer chain
 (`planopt.random_chain(300, seed=7, family="mixed")`, the `--budget` of
@@ -19,15 +25,19 @@ change.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
 
 import planopt
+from experiments import work_rates
 from planopt import registry
 from planopt.testing.load import busy_cores
+from planopt.work import METHOD_RATES
 
 DEFAULT_OUTPUT = Path(__file__).parent / "results" / "work_limits.md"
 
@@ -41,15 +51,67 @@ def timed(profile, budget, method, work):
     return sol, time.perf_counter() - began
 
 
+TOLERANCE = 0.3  # the goal: one CPU-second a unit, within 30%
+
+
+def calibration(methods: list[str] | None) -> list[str]:
+    """The calibration table's lines: every case, then a summary per method."""
+    rows = work_rates.run(methods, log=lambda r: print(json.dumps(r), flush=True))
+    lines = [
+        "## CPU-seconds per work unit, per method",
+        "",
+        "Each method's raw counts (simulations, back-end work, labels, ...) are "
+        "multiplied by its own rate (`planopt.work.METHOD_RATES`) into work units. "
+        "CPU is that of the method's call (`os.times()`: this process and its "
+        "children: CP-SAT runs in a forked child, CBC as a subprocess), measured "
+        "by `experiments.work_rates` at a 40% budget; the goal is 1 CPU-second a "
+        "unit, within 30%.",
+        "",
+        "| method | rate (units per count) | solves | CPU s per unit: min | median | max "
+        "| within 0.7-1.3 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    by_method: dict[str, list[float]] = {}
+    for r in rows:
+        if r["cpu_per_unit"] is not None:
+            by_method.setdefault(r["method"], []).append(r["cpu_per_unit"])
+    for method, ratios in by_method.items():
+        ratios.sort()
+        median = statistics.median(ratios)
+        ok = all(1 - TOLERANCE <= x <= 1 + TOLERANCE for x in ratios)
+        lines.append(
+            f"| {method} | {METHOD_RATES[method]:g} | {len(ratios)} | {ratios[0]:.2f} "
+            f"| {median:.2f} | {ratios[-1]:.2f} | {'yes' if ok else '**no**'} |"
+        )
+    lines += [
+        "",
+        "| method | net | layers | work limit | status | counts | units | CPU s | CPU s per unit |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        per = "-" if r["cpu_per_unit"] is None else f"{r['cpu_per_unit']:.2f}"
+        limit = "none" if r["work_limit"] >= 1e5 else f"{r['work_limit']:g}"
+        lines.append(
+            f"| {r['method']} | `{r['net']}` | {r['layers']} | {limit} | {r['status']} "
+            f"| {r['raw']:.4g} | {r['units']:.4g} | {r['cpu']:.2f} | {per} |"
+        )
+    return [*lines, ""]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", nargs="+", default=["pooch", "lns", "blocks", "auto", "exact"])
-    parser.add_argument("--work", nargs="+", type=float, default=[0.25, 1.0, 4.0, 16.0])
+    parser.add_argument("--work", nargs="+", type=float, default=[0.25, 1.0, 4.0])
     parser.add_argument("--layers", type=int, default=300)
     parser.add_argument("--budget", default="40%")
     parser.add_argument("--load", type=int, default=2, help="busy processes in the loaded run")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    parser.add_argument(
+        "--calibrate", nargs="*", help="methods of the calibration table (default: every one)"
+    )
+    parser.add_argument("--no-calibration", action="store_true")
     args = parser.parse_args(argv)
+    calibrated = [] if args.no_calibration else calibration(args.calibrate or None)
 
     profile = planopt.random_chain(args.layers, seed=7, family="mixed")
     rows = []
@@ -69,7 +131,10 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(rows[-1], flush=True)
     header = [
-        "# Work limits: plan quality, wall time, and the same plan under load",
+        "# Work limits: what a unit costs, plan quality, and the same plan under load",
+        "",
+        *calibrated,
+        "## Plan quality and wall time against work, quiet and loaded",
         "",
         f"Generated by `python -m experiments.bench_work` on {platform.node() or 'this machine'} "
         f"({os.cpu_count()} cores, Python {platform.python_version()}; 1-minute load average "

@@ -108,6 +108,7 @@ def study_model(name: str, args: argparse.Namespace, device: torch.device):
         link=link,
         name=f"{name}-{args.size}",
         progress=args.progress,
+        menus=False,  # whole layers: every method plans them (some refuse /3 menus)
     )
     run = dict(iterations=args.iterations, warmup=args.warmup)
     plain, _ = plain_step_seconds(chain, batch, ref.loss_fn, **run)

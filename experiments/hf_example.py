@@ -13,9 +13,8 @@ activation memory (`planned_step`, the only planopt-specific part: profile,
 solve, execute). The script prints both loss curves side by side and exits
 1 if they differ in any bit.
 
-NOTE: `planned_step` is written against today's runtime (a `Chain` over
-the model's own modules, `planopt.runtime.hf.chain_of_gpt2`, and the
-`Executor`); it is the one function to change when `plan_model` lands.
+The model is never rewritten: `plan_model` finds its blocks
+(`transformer.h`, `model.layers`) and applies the plan to them in place.
 """
 
 from __future__ import annotations
@@ -31,8 +30,7 @@ from torch import nn
 import planopt
 from planopt.hardware import gpu
 from planopt.report import human_bytes
-from planopt.runtime import Executor, profile
-from planopt.runtime.hf import chain_of_gpt2, chain_of_llama
+from planopt.runtime import plan_model
 from planopt.runtime.models import lm_loss
 
 VOCAB, SEQ, BATCH, LAYERS = 512, 128, 8, 8
@@ -106,39 +104,35 @@ def planned_step(
     budget: str,
     method: str = "greedy",
 ) -> Planned:
-    """The planopt part: profile the model, solve for `budget` with `method`, run each step
-    under the plan.
+    """The planopt part: `plan_model` profiles the model where it is, solves for
+    `budget` with `method` and applies the plan; the step itself is the plain one.
 
     Gradients are set to None between steps (`zero_grad()`'s default), so
     the profile is measured in that regime. On CPU the plan is made for an
-    H100 PCIe's host link (there is no device link to measure here); the
-    executor's copies are synchronous, so the plan changes memory, not the
+    H100 PCIe's host link (there is no device link to measure here), which
+    the copies emulate, so the plan changes memory and time, not the
     arithmetic.
     """
-    family = type(model).__name__
-    chain = chain_of_gpt2(model) if family.startswith("GPT2") else chain_of_llama(model)
     link = None if batch[0].is_cuda else gpu("h100-pcie").device()
-    prof = profile(
-        chain, batch, lm_loss, link=link, iterations=1, warmup=0, grads_to_none=True, progress=False
-    )
-    solution = planopt.solve(prof, budget, method=method)
+
+    def loss_fn(output, b: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return lm_loss(output.logits, b[1])
+
+    handle = plan_model(model, batch, loss_fn, budget, method, link=link, iterations=1, warmup=0)
+    solution = handle.solution
     if solution.plan is None:
         raise SystemExit(f"hf_example: no plan at {budget}: {solution.message}")
-    executor = Executor(chain, solution.plan, profile=prof, loss_fn=lm_loss)
-
-    def step(ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        with executor:
-            loss = executor(ids, targets)
-            loss.backward()
-        return loss
-
+    prof = handle.inplace.profile
     acts = " ".join(a.value[0].upper() for a in solution.plan.actions)
+    partial = sum(o is not None for o in solution.plan.options or ())
+    options = f", {partial} kept on a partial option (cost model v3)" if partial else ""
     summary = (
-        f"plan at {budget} ({solution.status.value}): {acts} (K keep, S swap, R recompute); "
+        f"plan at {budget} ({solution.status.value}): {acts} (K keep, S swap, R recompute"
+        f"{options}; the first and last are the model's code around its blocks); "
         f"predicted peak {human_bytes(solution.schedule.peak_bytes)} against "
         f"{human_bytes(planopt.keep_all_peak(prof))} keeping everything"
     )
-    return Planned(step, summary)
+    return Planned(plain_step(model), summary)
 
 
 def train(model: nn.Module, step: Step, data: list, seed: int) -> list[torch.Tensor]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 
 from planopt import registry
 from planopt.budget import min_budget, min_memory_plan, parse_budget
@@ -20,7 +21,7 @@ from planopt.option_types import check_option_types
 from planopt.problem import Problem
 from planopt.profile import Profile
 from planopt.result import Solution, SolverOutput, Status
-from planopt.work import check_work_limit
+from planopt.work import WorkMeter, check_work_limit, method_rate
 
 # A plan within this relative distance of T_ideal is optimal: no plan is faster.
 _IDEAL_TOLERANCE = 1e-12
@@ -124,6 +125,7 @@ def solve(
         time_limit=limit,
         deadline=None if limit is None else started + limit - _finish_reserve(limit, profile),
         work_limit=work,
+        meter=WorkMeter.calibrated(work, method_rate(spec.name)),
     )
     out: SolverOutput = fn(problem, **options)
     elapsed = time.monotonic() - started
@@ -140,6 +142,8 @@ def _finish(problem: Problem, method: str, out: SolverOutput, elapsed: float) ->
     profile = problem.profile
     status, lower, message = out.status, out.lower_bound, out.message
     provenance = out.certificate
+    if provenance is not None:  # its work in the method's raw counts, reported in units
+        provenance = replace(provenance, work=provenance.work * problem.meter.rate)
     schedule = None
     plan = out.plan
     if plan is not None:
@@ -174,7 +178,7 @@ def _finish(problem: Problem, method: str, out: SolverOutput, elapsed: float) ->
         min_budget=problem.min_budget,
         message=message,
         work_limit=problem.work_limit,
-        work_used=problem.meter.used,
+        work_used=problem.meter.units_used(),
         bound_provenance=_provenance(provenance, status, lower),
         min_budget_exact=exact,
         min_budget_upper=upper,

@@ -141,15 +141,17 @@ class Problem:
         *,
         work_cap: float | None = None,
         seconds: float | None = None,
+        rate: float | None = None,
     ) -> Problem:
         """The same request limited to `fraction` of the work left (at most `work_cap`)
         and, where given, `seconds` more of wall time (never past the deadline).
 
         The share's meter charges this one, so the whole solve's work is the
-        sum of its parts.
+        sum of its parts; `rate` gives the share a method's own rate (see
+        `WorkMeter.share`).
         """
         deadline = self.deadline
         if seconds is not None:
             until = time.monotonic() + seconds
             deadline = until if deadline is None else min(deadline, until)
-        return replace(self, deadline=deadline, meter=self.meter.share(fraction, work_cap))
+        return replace(self, deadline=deadline, meter=self.meter.share(fraction, work_cap, rate))

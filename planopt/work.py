@@ -1,18 +1,30 @@
 """Deterministic work: what a search spends, counted so that any machine counts the same.
 
-NOTE (the unit): one **work unit** is, by calibration, about one second of
-one core of this project's reference machine (a 2-core x86-64 CI box). It
-is charged from counts, never from a clock, so a solve stopped by its work
-limit stops at the same point on any machine under any load:
+NOTE (the unit): one **work unit** is, by calibration, one CPU-second of
+this project's reference machine (a 2-core x86-64 CI box): within 30% for
+10 of the 14 registered methods, 0.3-1.7 still for recompute-only, blocks,
+auto and lower-bound (docs/solvers.md, "The unit"). It is charged from
+counts, never from a clock, so a solve stopped by its work limit stops at
+the same point on any machine under any load. Two layers:
 
-* scoring a plan with the simulator costs `SIMULATION_UNITS_PER_LAYER`
-  per layer of the chain (the simulator's measured cost, about 1 us a
-  layer);
-* CP-SAT charges its own deterministic time (`deterministic_time` in its
-  response), which OR-Tools calibrates to about a second of one core;
-* the MIP/LP back-ends charge what they let us limit exactly: simplex
-  iterations and branch-and-bound nodes, at the rates in
-  `solvers.backends` (each back-end's record states them).
+* **raw counts**, charged by the parts a method runs: scoring a plan with
+  the simulator costs `SIMULATION_UNITS_PER_LAYER` per layer; CP-SAT
+  charges its deterministic time (`solvers.backends.cpsat`,
+  `UNITS_PER_DETERMINISTIC_SECOND` a second); the MIP/LP back-ends their
+  simplex iterations and nodes, the dynamic program its labels, at the
+  rates in their modules;
+* **a rate per method** (`METHOD_RATES`): what one raw count of that
+  method cost in CPU-seconds, measured on the reference machine by
+  `experiments/work_rates.py` over several nets and limits (the figures:
+  experiments/results/work_limits.md). A solve's meter is
+  `WorkMeter.calibrated(work_limit, rate)`: the limit is divided by the
+  method's rate into raw counts, and `Solution.work_used` is its raw
+  counts times that rate. Before (issue 25, item 12) every method took raw
+  counts as units, and a unit cost 0.15 to 13 CPU-seconds by method.
+
+Internal shares and caps (a warm start's `STARTS_WORK`, a window's default
+work) are raw counts of the method that runs them; options given in units
+(`window_work`) are converted with `WorkMeter.raw`.
 
 A `WorkMeter` is the running count of one solve; a share of it (for a warm
 start, a bound, a polish) is a child meter that charges its parent too, so
@@ -29,6 +41,39 @@ from planopt.errors import SolverOptionError
 # Scoring a plan of L layers costs L times this (measured: 10,000 layers in
 # about 10 ms on the reference machine).
 SIMULATION_UNITS_PER_LAYER = 1e-6
+
+
+# Work units per raw count, per registered method: what one count of the
+# method's own counters cost in CPU-seconds of the reference machine
+# (experiments/work_rates.py; experiments/results/work_limits.md).
+METHOD_RATES: dict[str, float] = {
+    # baselines: a simulation or a few, plus building the plan (per layer)
+    "keep-all": 3.5,
+    "all-swap": 4.3,
+    "sqrt-n": 0.74,
+    "superneurons": 7.6,
+    "pooch": 1.0,
+    # the exact methods: starters, relaxation, CP-SAT (3.4 counts a deterministic second)
+    "exact": 1.15,
+    "recompute-only": 1.0,
+    "swap-only": 1.25,
+    "remat-dp": 0.225,
+    # brute force: 5-6-layer simulations, whose fixed cost per call (~60 us) dominates
+    "brute-force": 11.5,
+    "blocks": 0.85,
+    "lns": 1.1,
+    # auto hands its meter to the method it picks (`WorkMeter.rebase`): its own
+    # choice (the repeats search) counts nothing, so this rate never applies.
+    "auto": 1.0,
+    "lower-bound": 0.6,
+}
+# A method registered at run time without a rate of its own: its counts are its units.
+DEFAULT_RATE = 1.0
+
+
+def method_rate(method: str) -> float:
+    """Work units per raw count of `method` (its calibration constant)."""
+    return METHOD_RATES.get(method, DEFAULT_RATE)
 
 
 def check_work_limit(work_limit: float | None) -> float | None:
@@ -58,13 +103,51 @@ class WorkMeter:
     limit: float | None = None
     used: float = 0.0
     parent: WorkMeter | None = field(default=None, repr=False)
+    rate: float = 1.0
+
+    @classmethod
+    def calibrated(cls, work_limit: float | None, rate: float) -> WorkMeter:
+        """The meter of a solve limited to `work_limit` work units of a method whose
+        raw counts cost `rate` units each (see `METHOD_RATES`)."""
+        limit = None if work_limit is None else work_limit / rate
+        return cls(limit=limit, rate=rate)
+
+    def raw_used(self) -> float:
+        """What the method's counters charged here, before its rate."""
+        return self.used
+
+    def units_used(self) -> float:
+        """The work spent here in work units (CPU-seconds of the reference machine)."""
+        return self.used * self.rate
+
+    def rebase(self, rate: float) -> None:
+        """Count on at `rate`, the limit and the work so far keeping their value in units.
+
+        For a method that hands its whole solve to another (`auto`): the work is
+        then counted at the rate of the method that does it. Only on a solve's
+        own meter (no parent), before any share of it is made.
+        """
+        if self.parent is not None:
+            raise ValueError("only a solve's own meter can change its rate")
+        if self.limit is not None:
+            self.limit = self.limit * self.rate / rate
+        self.used = self.used * self.rate / rate
+        self.rate = rate
+
+    def raw(self, units: float) -> float:
+        """`units` work units as this meter's raw counts (for options given in units)."""
+        return units / self.rate
 
     def charge(self, units: float) -> None:
-        """Count `units` of work here and in every ancestor."""
+        """Count `units` raw counts here and in every ancestor (in each one's own counts,
+        where a share runs a part at another rate)."""
         meter: WorkMeter | None = self
         while meter is not None:
             meter.used += units
-            meter = meter.parent
+            parent = meter.parent
+            if parent is not None and parent.rate != meter.rate:
+                units = units * meter.rate / parent.rate
+            meter = parent
 
     def left(self) -> float | None:
         """Units left before this meter or an ancestor runs out (None: unlimited)."""
@@ -72,7 +155,8 @@ class WorkMeter:
         meter: WorkMeter | None = self
         while meter is not None:
             if meter.limit is not None:
-                lefts.append(max(0.0, meter.limit - meter.used))
+                rest = max(0.0, meter.limit - meter.used)
+                lefts.append(rest if meter.rate == self.rate else rest * meter.rate / self.rate)
             meter = meter.parent
         return min(lefts) if lefts else None
 
@@ -80,14 +164,23 @@ class WorkMeter:
         left = self.left()
         return left is not None and left <= 0.0
 
-    def share(self, fraction: float = 1.0, cap: float | None = None) -> WorkMeter:
+    def share(
+        self, fraction: float = 1.0, cap: float | None = None, rate: float | None = None
+    ) -> WorkMeter:
         """A child meter limited to `fraction` of what is left here (at most `cap`).
 
         Without any limit above, the child is limited by `cap` alone (None:
-        unlimited), so a default share stays deterministic.
+        unlimited), so a default share stays deterministic. `rate` (default:
+        this meter's) is the child's own: a part that runs another method
+        (the dynamic program seeding a joint search) counts at that method's
+        rate, and its counts reach this meter converted, so the part costs
+        what it costs in units.
         """
+        rate = self.rate if rate is None else rate
         left = self.left()
+        if left is not None and rate != self.rate:
+            left = left * self.rate / rate
         limit = None if left is None else fraction * left
         if cap is not None:
             limit = cap if limit is None else min(limit, cap)
-        return WorkMeter(limit=limit, parent=self)
+        return WorkMeter(limit=limit, parent=self, rate=rate)

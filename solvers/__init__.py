@@ -75,6 +75,7 @@ METHODS: tuple[dict, ...] = (
         "space": "joint",
         "role": "exact",
         "requires": _ORTOOLS,
+        "menus": "plans",
     },
     {
         "name": "recompute-only",
@@ -83,6 +84,7 @@ METHODS: tuple[dict, ...] = (
         "space": "recompute-only",
         "role": "exact",
         "requires": _ORTOOLS,
+        "menus": "plans",
     },
     {
         "name": "remat-dp",
@@ -100,6 +102,7 @@ METHODS: tuple[dict, ...] = (
         "space": "swap-only",
         "role": "exact",
         "requires": _ORTOOLS,
+        "menus": "plans",
     },
     {
         "name": "brute-force",
@@ -117,6 +120,7 @@ METHODS: tuple[dict, ...] = (
         "space": "joint",
         "role": "heuristic",
         "requires": _ORTOOLS,
+        "menus": "plans",
     },
     {
         "name": "lns",
@@ -125,6 +129,7 @@ METHODS: tuple[dict, ...] = (
         "space": "joint",
         "role": "heuristic",
         "requires": _ORTOOLS,
+        "menus": "plans",
     },
     {
         "name": "auto",
@@ -133,6 +138,7 @@ METHODS: tuple[dict, ...] = (
         "space": "joint",
         "role": "heuristic",
         "requires": _ORTOOLS,
+        "menus": "plans",
     },
     {
         "name": "lower-bound",

@@ -21,6 +21,7 @@ from planopt.blocks import BlockStructure, find_blocks
 from planopt.errors import SolverOptionError
 from planopt.problem import Problem
 from planopt.result import SolverOutput
+from planopt.work import method_rate
 from solvers.blocks import plan_blocks, structure_stop
 from solvers.lns import WINDOW_WORK, check_options, lns
 
@@ -59,6 +60,8 @@ def auto(
     if isinstance(exact_layers, bool) or not isinstance(exact_layers, int) or exact_layers < 0:
         raise SolverOptionError(f"exact_layers must be an integer >= 0, got {exact_layers!r}")
     method, why, structure = choose(problem, exact_layers, rtol)
+    # The work is counted at the rate of the method that does it (planopt.work).
+    problem.meter.rebase(method_rate(method))
     if method == "exact":
         from solvers.exact import solve_exact
 

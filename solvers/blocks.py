@@ -82,6 +82,7 @@ def plan_blocks(
 ) -> SolverOutput:
     """`blocks` on a structure already found (`auto` finds it to choose its method)."""
     problem = bounded(problem)
+    window_work = problem.meter.raw(window_work)
     bound = relaxation_lower_bound(problem) if lower_bound else None
     share = STARTERS_SHARE_WITH_BLOCKS if structure.found else 0.5
     starts = portfolio(problem, share=share, recompute_share=RECOMPUTE_SHARE)

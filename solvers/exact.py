@@ -42,6 +42,7 @@ from solvers.exact_search import (
     OPTIMALITY_GAP,
     add_objective_floor,
     affordable,
+    charge_hint,
     charge_model,
     finish,
     probe_relaxation_bound,
@@ -162,6 +163,10 @@ def _relaxation_bound(problem: Problem) -> float | None:
     """
     from solvers.model.relaxation import relaxation_bound
 
+    if problem.profile.has_options:
+        # NOTE: the relaxation models whole layers; an option can lower memory
+        # below what it assumes, so its value is no bound over menus (T_ideal is).
+        return None
     work = work_share(problem, RELAXATION_SHARE, RELAXATION_WORK)
     seconds = problem.time_left()
     if seconds is not None:
@@ -181,8 +186,8 @@ def _polish(problem: Problem, incumbent: tuple[float, Plan], target: float, work
     relaxation's bound); small nets, which the back-end solves at once,
     skip it.
     """
-    if problem.n < POLISH_FROM_LAYERS:
-        return incumbent
+    if problem.n < POLISH_FROM_LAYERS or problem.profile.has_options:
+        return incumbent  # the search tier does not plan over menus (v3) yet
     from solvers.lns import layer_phases
     from solvers.search.driver import search as run_search
     from solvers.search.engine import Incumbent
@@ -268,6 +273,7 @@ def solve_exact(
     add_objective_floor(form, relaxed)
     hint = None
     if incumbent is not None:
+        charge_hint(problem, form)
         hint = evaluate(form, form.decisions(incumbent[1]), stop=problem.out_of_time)
         if hint is None:  # the deadline passed while the hint was worked out
             return _stopped(incumbent, relaxed, "the limit was reached")

@@ -67,7 +67,7 @@ def bounded(problem: Problem) -> Problem:
     (an anytime search needs some end, and a work end keeps it deterministic)."""
     if problem.work_limit is not None or problem.deadline is not None:
         return problem
-    return problem.share(1.0, work_cap=DEFAULT_WORK)
+    return problem.share(1.0, work_cap=problem.meter.raw(DEFAULT_WORK))
 
 
 def layer_phases(n: int, window: int, window_work: float) -> list[Phase]:
@@ -135,6 +135,7 @@ def lns(
     """
     window, window_work = check_options(window, window_work)
     problem = bounded(problem)
+    window_work = problem.meter.raw(window_work)
     bound = relaxation_lower_bound(problem) if lower_bound else None
     starts = portfolio(problem, recompute_share=RECOMPUTE_SHARE)
     if starts.best is None:

@@ -103,6 +103,14 @@ from solvers.baselines import all_swap_actions
 from solvers.pooch_menus import take_options
 from solvers.scoring import free_copy_makespans
 
+# One vectorised pass of `free_copy_makespans` with k candidates, in simulations of
+# the chain: measured (issue 25) at L * (2.1 us + 2.8 ns * k) of CPU against a
+# simulation's ~1.1 us a layer (L = 300-2000, k = 57-373 on average), i.e. two
+# simulations plus one per ~360 probes. The old charge (1 + k/16) counted the
+# probes 20x too dear, so the greedy's unit cost 0.15-0.34 CPU-seconds.
+VECTOR_PASS_SIMULATIONS = 2.0
+PROBES_PER_SIMULATION = 360.0
+
 # A swap cost at or below this fraction of the makespan counts as zero.
 _ZERO_COST = 1e-12
 
@@ -410,8 +418,7 @@ class _Greedy:
         candidates = w.swapped()
         while candidates:
             self.tick()
-            # One vectorised pass: charged as one simulation per 16 probes, its measured cost.
-            self.scorer.charge(1 + len(candidates) / 16)
+            self.scorer.charge(VECTOR_PASS_SIMULATIONS + len(candidates) / PROBES_PER_SIMULATION)
             try:
                 makespan, free = free_copy_makespans(
                     self.scorer.base, *w.lists(), candidates, stop=self.problem.out_of_time

@@ -5,12 +5,17 @@ greedy left swapped or recomputed whole and that has a menu is visited
 from the top of the chain down (the latest forward first, as stage 1
 gives memory back). Its options are tried in order of increasing
 regeneration time `r_k` (ties: the one keeping more, `h_k`, then menu
-order), each first as `keep` with that option, then, for a swapped layer,
-as `swap` with it (a smaller copy); the first change that fits the budget
-and makes the makespan strictly smaller is taken, and the next layer is
-visited. A change that raises the need of a swapped layer below it (a layer
+order), each as `keep` with that option; the first change that fits the
+budget and makes the makespan strictly smaller is taken, and the next layer
+is visited. A change that raises the need of a swapped layer below it (a layer
 with an option reads its input) moves that layer's copy back to its new
 need. Every candidate is one simulation; the plan always fits the budget.
+
+NOTE (no swap with an option): cost model v3 defines a swap of an option's
+kept subset, but no runtime runs it (torch 2.13's SAC offloads a cached
+tensor, `CheckpointPolicy.MUST_CPU_OFFLOAD`, only under torch.compile: in
+eager it recomputes it), so the chain executor and `apply` refuse it; stage
+5 tries only `keep` with an option, so pooch's plans always run.
 """
 
 from __future__ import annotations
@@ -37,10 +42,7 @@ def take_options(greedy: Any, w: Any) -> None:
         if not layer.options or w.actions[i] is KEEP or w.options[i] is not None:
             continue
         menu = sorted(layer.options, key=lambda o: (o.recompute, -o.saved_bytes))
-        tries = [(KEEP, o.name) for o in menu]
-        if w.actions[i] is SWAP:
-            tries += [(SWAP, o.name) for o in menu]
-        for action, name in tries:
+        for action, name in [(KEEP, o.name) for o in menu]:  # never swap + option (NOTE)
             greedy.tick()
             undo = _set(w, i, action, name, profile)
             better = False

@@ -29,6 +29,7 @@ from planopt.plan import KEEP, Plan
 from planopt.problem import Problem
 from planopt.registry import Space, in_space
 from planopt.result import SolverOutput, Status
+from planopt.work import method_rate
 from solvers.remat.certify import Certificate, certify
 from solvers.remat.chain import ChainModel
 from solvers.remat.floor import budget_floor
@@ -265,7 +266,10 @@ def seed_joint(problem: Problem, *, share: float = 0.25) -> tuple[Plan, float] |
     seconds (experiments/results/remat_dp.md), more than a starter may.
     """
     left = problem.time_left()
-    part = problem.share(share, seconds=None if left is None else share * left)
+    # Counted at the dynamic program's own rate (planopt.work): its labels are cheap.
+    part = problem.share(
+        share, seconds=None if left is None else share * left, rate=method_rate("remat-dp")
+    )
     out = solve_certified(part, starts=False)[0]
     if out.plan is None:
         return None

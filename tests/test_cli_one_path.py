@@ -158,7 +158,7 @@ def plan_file(tmp_path):
     ("argv", "words"),
     [
         (["--model", "planopt:__version__"], "callable"),
-        (["--model", "planopt.runtime.models:reference_model"], "refused its arguments"),
+        (["--model", "planopt.runtime.models:reference_model"], "the factory raised TypeError"),
         (["--model", "planopt.runtime.models:reference_model", "--model-args", '{"name": "z"}'],
          "model must be one of"),
         (["--model", "x:y", "--iterations", "0"], "--iterations"),

@@ -136,3 +136,27 @@ def test_run_check_takes_the_same_factories_and_says_the_same(capsys, tmp_path):
     assert "--model factories:raises with --model-args {}: the factory raised" in one_error_line(
         err
     )
+
+
+def test_run_check_runs_a_plan_with_layer_options(capsys, tmp_path):
+    """A /3 profile (menus, the default) and a plan keeping layers on options:
+    run-check executes it with the chain executor and the model holds."""
+    prof_path, plan_path = tmp_path / "cnn.json", tmp_path / "plan.json"
+    code, _, err = run(
+        capsys, "profile-model", "factories:tutorial_cnn", "-o", str(prof_path), *FAST
+    )
+    assert code == 0, err
+    prof = load_profile(prof_path)
+    options = [min(x.options, key=lambda o: o.saved_bytes).name if x.options else None
+               for x in prof.layers]  # fmt: skip
+    assert any(options)
+    plan = planopt.Plan.build(["keep"] * len(prof), options=options, profile=prof)
+    planopt.save_plan(plan, plan_path)
+    model = ("--model", "factories:tutorial_cnn")
+    code, out, err = run(
+        capsys, "run-check", str(prof_path), str(plan_path), *model, "--iterations", "1", "--json"
+    )
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["predicted_peak"] == planopt.simulate(prof, plan).peak_bytes
+    assert -0.005 <= report["peak_error"] <= 0.02

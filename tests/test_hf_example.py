@@ -35,6 +35,10 @@ def test_loss_curve_under_a_plan_is_plain_trainings_bitwise(capsys):
 def test_recompute_plan_on_llama_is_plain_training_bitwise():
     plain, planned, summary = hf_example.run("llama", steps=2, budget="70%", method="remat-dp")
     assert " R " in summary
+    # remat-dp plans over the /3 profile's menus; whether it keeps layers on options
+    # here depends on the measured times ("kept on a partial option" in the summary
+    # when it does): the executor runs them (the chain executor refused them before).
+    # tests/test_runtime_executor_options.py runs options on Llama deterministically.
     assert len(plain) == 2
     assert all(torch.equal(a, b) for a, b in zip(plain, planned, strict=True))
     assert not torch.equal(plain[0], plain[1])  # the optimizer really stepped

@@ -11,6 +11,7 @@ import planopt
 from planopt import Status, random_chain, registry
 from planopt.plan import KEEP, SWAP
 from planopt.problem import Problem
+from planopt.work import method_rate
 from solvers.backends.cpsat import solve as solve_cpsat
 from solvers.model import Choices, build
 from solvers.search.engine import Incumbent
@@ -160,8 +161,12 @@ def test_a_search_stops_at_its_work_limit_and_more_work_never_hurts():
     small = planopt.solve(profile, "35%", "lns", work_limit=0.02, window=0)
     large = planopt.solve(profile, "35%", "lns", work_limit=0.5, window=0)
     # the starters run to the end outside the limit (solvers.search.starts); the search
-    # after them stops at most one simulation past it
-    starters = sum(planopt.solve(profile, "35%", name).work_used for name in registry.starters())
-    assert small.work_used <= starters + 0.02 + 60e-6
+    # after them stops at most one simulation past it, at the search's rate
+    # (each starter's work at its own rate, converted to the search's: lns charges them)
+    starters = sum(
+        planopt.solve(profile, "35%", name).work_used / method_rate(name) * method_rate("lns")
+        for name in registry.starters()
+    )
+    assert small.work_used <= starters + 0.02 + method_rate("lns") * 60e-6
     assert large.makespan <= small.makespan
     assert "stopped by the limit" in small.message

@@ -29,7 +29,7 @@ from torch.nn import functional as F  # noqa: E402
 
 import planopt  # noqa: E402
 from planopt.plan import KEEP, RECOMPUTE, SWAP, need_indices  # noqa: E402
-from planopt.runtime import Chain, Executor, measure, profile  # noqa: E402
+from planopt.runtime import Chain, ChainError, Executor, measure, profile  # noqa: E402
 
 INSTANT = planopt.Device("instant", math.inf, math.inf, 0.0)
 
@@ -117,7 +117,7 @@ def test_compiled_blocks_run_under_any_plan_bitwise_and_peak_as_predicted():
 def test_a_whole_model_compiled_is_not_a_chain():
     chain = Chain.from_modules(_blocks())
     prof = profile(chain, _batch(), F.cross_entropy, iterations=1, warmup=0, link=INSTANT)
-    with pytest.raises(TypeError, match=r"chain must be a planopt\.runtime\.Chain"):
+    with pytest.raises(ChainError, match=r"chain must be a planopt\.runtime\.Chain"):
         Executor(torch.compile(chain), planopt.Plan.keep_all(prof), profile=prof)
 
 

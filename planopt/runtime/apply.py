@@ -65,24 +65,6 @@ class InputShapeWarning(UserWarning):
     """A step's blocks see another input shape or dtype than the profile measured."""
 
 
-def _options(plan: Plan, profile: Profile) -> list[tuple[int, ...] | None]:
-    """Per layer, the op positions a partial option saves (cost model v3), or None."""
-    names = getattr(plan, "options", None) or (None,) * len(plan)
-    out: list[tuple[int, ...] | None] = []
-    for i, name in enumerate(names):
-        if name is None:
-            out.append(None)
-            continue
-        menu = {o.name: o for o in getattr(profile.layers[i], "options", ())}
-        if name not in menu:
-            raise InvalidPlanError(
-                f"{where(i, profile.layers[i].name)}: option must be one of the layer's menu "
-                f"({', '.join(menu) or 'none'}), got {name!r}"
-            )
-        out.append(tuple(menu[name].policy))
-    return out
-
-
 class PlanHandle:
     """A plan applied to a model (module docstring): a context manager; `remove()` undoes it.
 
@@ -140,7 +122,7 @@ class PlanHandle:
         self.check_regime = check_regime
         self.link, self.link_clock = link, link_clock
         self.schedule = StepPlan(plan, prof)
-        self._policies = _options(plan, prof)
+        self._policies = self.schedule.policies  # names checked by plan.check above
         for i, policy in enumerate(self._policies):
             if policy is not None and plan.actions[i] is not KEEP:
                 raise InvalidPlanError(

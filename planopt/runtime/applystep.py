@@ -31,7 +31,9 @@ off, so the replay reaches the run's top output: when the next layer reads
 it (`saves_input`), it is dropped after the forward and regenerated with the
 run, as the cost model says. A tiny `Trigger` saved last in the region lets
 the step start the regeneration at the cost model's block step (its
-`saved_tensors` is unpacked from the step's hook).
+`saved_tensors` is unpacked from the step's hook). A partial option's
+region (one block) replays with early stop, which is what its menu's `r_k`
+counts.
 """
 
 from __future__ import annotations
@@ -46,7 +48,13 @@ from torch.utils.checkpoint import noop_context_fn
 
 from planopt.errors import PlanoptError
 from planopt.plan import RECOMPUTE, SWAP
-from planopt.runtime.checkpointing import Trigger, buffers_kept, checkpoint_region, sac_context
+from planopt.runtime.checkpointing import (
+    OPTION_EARLY_STOP,
+    Trigger,
+    buffers_kept,
+    checkpoint_region,
+    sac_context,
+)
 from planopt.runtime.errors import StepUsageError
 from planopt.runtime.regions import call_tensors, first_tensor, with_hidden, without_hidden
 from planopt.runtime.steps import BackwardSteps
@@ -166,8 +174,8 @@ class Run:
         self.trigger: torch.Tensor | None = None
         self.dummy = torch.zeros(1, requires_grad=True)
 
-    def open(self, base: torch.Tensor, context_fn=noop_context_fn) -> None:
-        self.gen = checkpoint_region(self._replay, base, context_fn)
+    def open(self, base: torch.Tensor, context_fn=noop_context_fn, early_stop=False) -> None:
+        self.gen = checkpoint_region(self._replay, base, context_fn, early_stop)
 
     def record(self, original, args: tuple, kwargs: dict) -> None:
         self.calls.append((original, *without_hidden(args, kwargs)))
@@ -301,7 +309,7 @@ class PlanStep:
             if action is SWAP:
                 raise NotImplementedError  # refused by apply's checks
             run = self.open_run = Run(self, r, r)
-            run.open(x, functools.partial(sac_context, option))
+            run.open(x, functools.partial(sac_context, option), early_stop=OPTION_EARLY_STOP)
             run.record(original, args, kwargs)
             out = original(*args, **kwargs)
             run.close()

@@ -33,7 +33,12 @@ from planopt.runtime.training import prepare_grads, restored
 from planopt.schedule import OP_KINDS, OpKind, Schedule
 from planopt.simulate import simulate
 
-_OP = {OpKind.FORWARD: "F", OpKind.BACKWARD: "B", OpKind.RECOMPUTE: "R"}
+_OP = {
+    OpKind.FORWARD: "F",
+    OpKind.BACKWARD: "B",
+    OpKind.RECOMPUTE: "R",
+    OpKind.REGENERATE: "R",  # a partial layer's regeneration (v3), `R_i` in the executor
+}
 
 
 @dataclass(frozen=True)

@@ -21,21 +21,28 @@ from collections.abc import Iterator
 import torch
 from torch.utils._mode_utils import no_dispatch
 from torch.utils.checkpoint import (
-    CheckpointPolicy,
     _checkpoint_without_reentrant_generator,
     create_selective_checkpoint_contexts,
     noop_context_fn,
 )
 
+from planopt.runtime.sac import SavePositions
 
-def checkpoint_region(fn, base: torch.Tensor, context_fn=noop_context_fn):
+# A partial option's region replays with early stop (torch's default), as
+# the menus' `r_k` assume (`planopt.runtime.menus.add_menus(early_stop=True)`).
+OPTION_EARLY_STOP = True
+
+
+def checkpoint_region(fn, base: torch.Tensor, context_fn=noop_context_fn, early_stop=False):
     """An open non-reentrant checkpoint region replayed by `fn(base)`; `next()` closes it.
 
-    RNG state preserved, the default determinism check, early stop off (the
-    replay must reach the region's top output).
+    RNG state preserved, the default determinism check. Early stop off for a
+    recompute run (the replay must reach the run's top output); on for a
+    partial option's region (torch's default: the replay ends after the last
+    tensor the backward needs, which is what the menu's `r_k` counts).
     """
     gen = _checkpoint_without_reentrant_generator(
-        fn, True, context_fn, "default", False, False, base
+        fn, True, context_fn, "default", False, early_stop, base
     )
     next(gen)
     return gen
@@ -73,13 +80,10 @@ def buffers_kept(modules) -> Iterator[None]:
 
 
 def sac_context(policy: tuple[int, ...]):
-    """Selective checkpoint contexts saving exactly the op positions in `policy`."""
-    keep = frozenset(policy)
-    counters = {False: 0, True: 0}
+    """Selective checkpoint contexts saving exactly the op positions in `policy`.
 
-    def policy_fn(ctx, op, *args, **kwargs) -> CheckpointPolicy:
-        position = counters[ctx.is_recompute]
-        counters[ctx.is_recompute] += 1
-        return CheckpointPolicy.MUST_SAVE if position in keep else CheckpointPolicy.PREFER_RECOMPUTE
-
-    return create_selective_checkpoint_contexts(policy_fn)
+    The one policy function is `planopt.runtime.sac.SavePositions` (the
+    chain executor's option regions use it too); torch calls it only in the
+    forward (the replay reads SAC's cache by index), so one counter serves.
+    """
+    return create_selective_checkpoint_contexts(SavePositions(policy))

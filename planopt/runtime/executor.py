@@ -1,4 +1,4 @@
-"""Run a chain's training step under a plan, exactly as cost model v2 executes it.
+"""Run a chain's training step under a plan, exactly as the cost model executes it.
 
 `Executor(chain, plan, profile=...)` is an `nn.Module` around the chain: its
 forward runs `F_0 .. F_{L-1}`, routing every tensor autograd saves to the
@@ -19,7 +19,8 @@ Who reads a layer's output (`saves_input`, `saves_output`) comes from the
 profile, so a plan with a swap or a recompute needs `profile=`; the first
 step checks the layer's products against it. A recompute block restores the
 forward's RNG and autocast state and undoes buffer updates, so gradients are
-bitwise those of plain PyTorch.
+bitwise those of plain PyTorch. A kept layer's partial option (cost model
+v3) runs in a selective-checkpoint region (`planopt.runtime.partial`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from planopt.runtime.engines import copy_engine
 from planopt.runtime.errors import BatchError, DeviceError, RuntimeOptionError
 from planopt.runtime.inputs import check_chain, check_choice, check_loss_fn
 from planopt.runtime.layers import LayerState, unpack
+from planopt.runtime.partial import check_partial_products, partial_forward
 from planopt.runtime.recompute import (
     ForwardState,
     block_input,
@@ -100,12 +102,10 @@ class Step:
         return self._copies
 
     def stats_copy_out(self, nbytes: int) -> None:
-        self.copies_out += 1
-        self.bytes_out += nbytes
+        self.copies_out, self.bytes_out = self.copies_out + 1, self.bytes_out + nbytes
 
     def stats_copy_back(self, nbytes: int) -> None:
-        self.copies_back += 1
-        self.bytes_back += nbytes
+        self.copies_back, self.bytes_back = self.copies_back + 1, self.bytes_back + nbytes
 
     def check_layer(self, layer: LayerState, saves: Saves) -> None:
         """First step with a profile: the layer's products are the profile's."""
@@ -127,14 +127,18 @@ class Step:
                     self.states[i] = capture(self.device)
             layer = layers[i]
             layer.start_forward(h)
+            policy = sched.policies[i]
             with saved_tensors_hooks(layer.pack, unpack):
-                out = chain.run_layer(i, h, self.target, self.loss_fn)
+                if policy is None:
+                    out = chain.run_layer(i, h, self.target, self.loss_fn)
+                else:  # a partial option (v3)
+                    out = partial_forward(self, i, h, policy)
             layer.finish_forward(out, i in sched.bases)
             if i in sched.bases:
                 self.base_requires_grad[i] = out.requires_grad
             if i > 0:
                 # end of F_i: x_i's forward use
-                layers[i - 1].end_forward_use(h._version, layer.action)
+                layers[i - 1].end_forward_use(h._version, layer.action, policy is not None)
             self.steps.watch(i, out)
             h = out
         self.executor._verified()
@@ -343,6 +347,9 @@ class Executor(nn.Module):
 
     def _check_layer(self, i: int, layer: LayerState, saves: Saves) -> None:
         spec = self.profile.layers[i]
+        if self._schedule.policies[i] is not None:
+            check_partial_products(i, spec, layer.output.nbytes)
+            return
         got = (
             layer.output.nbytes,
             sum(p.nbytes for p in layer.internals),

@@ -247,26 +247,29 @@ class LayerState:
                 )
         self.input_refs.clear()
 
-    def end_forward_use(self, out_version: int, above: Action) -> None:
+    def end_forward_use(self, out_version: int, above: Action, partial: bool = False) -> None:
         """End of `F_{i+1}`: the output was not modified in place meanwhile, or may be.
 
-        A change by `F_{i+1}` is safe when layer `i+1` is recomputed and this
-        layer is swapped (the copy holds the value before the change, which
-        the block starts from) or recomputed in the same run (the block
-        regenerates it, then changes it again). Above a kept base the block
-        would start from the changed value: refused.
+        A change by `F_{i+1}` is safe when layer `i+1` is recomputed, or kept
+        with a partial option (`partial`: its replay starts from its input),
+        and this layer is swapped (the copy holds the value before the
+        change, which the replay starts from) or recomputed (its block
+        regenerates it, then the replay changes it again). Above a kept layer
+        the replay would start from the changed value: refused.
         """
         if out_version == self.copied_version:
             return
-        if above is RECOMPUTE and self.action is KEEP:
+        replayed = above is RECOMPUTE or partial
+        if replayed and self.action is KEEP:
             upper = self.step.layers[self.index + 1]
+            what = "take a partial option" if partial else "start a recompute run"
             raise RecomputeError(
-                f"{upper.where}: a layer that modifies its input in place must not start a "
-                f"recompute run above a kept layer ({self.where}): its block would run again "
-                "from the changed value; swap the layer below (its copy holds the value "
-                "before the change), recompute it too, or keep this layer"
+                f"{upper.where}: a layer that modifies its input in place must not {what} "
+                f"above a kept layer ({self.where}): its replay would run again from the "
+                "changed value; swap the layer below (its copy holds the value before the "
+                "change), recompute it, or keep this layer whole"
             )
-        if self.step.out_read[self.index] and self.action is not KEEP and above is not RECOMPUTE:
+        if self.step.out_read[self.index] and self.action is not KEEP and not replayed:
             raise RecomputeError(
                 f"{self.where}: output must not be modified in place by the next layer when "
                 f"this layer is {self.action.value} and the next one is {above.value} (its "

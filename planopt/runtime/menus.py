@@ -24,6 +24,7 @@ import torch
 
 from planopt.hardware import GPU
 from planopt.profile import Profile
+from planopt.runtime.checkpointing import OPTION_EARLY_STOP
 from planopt.runtime.counting import TrainingStep
 from planopt.runtime.opprofile import trace_block
 from planopt.runtime.training import restored
@@ -43,12 +44,13 @@ def add_menus(
     size: int | None = MENU_SIZE,
     timer: str = "wall",
     repeats: int = 3,
-    early_stop: bool = True,
+    early_stop: bool = OPTION_EARLY_STOP,
 ) -> Profile:
     """`prof` with each layer's menu (module doc); `gpu`: roofline times on it, else measured.
 
     `early_stop`: the runtime's checkpoint replays up to the last tensor the
-    backward needs (torch's default), or the whole forward (False).
+    backward needs (torch's default, what both runtimes do:
+    `checkpointing.OPTION_EARLY_STOP`), or the whole forward (False).
     """
     if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
         raise MenuError(f"menu_size must be an integer >= 1 or None, got {size!r}")

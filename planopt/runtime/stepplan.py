@@ -9,7 +9,7 @@ copies back each step issues and the forwards that wait for a copy out.
 from __future__ import annotations
 
 from planopt.errors import InvalidPlanError, InvalidProfileError, ProfileMismatchError, where
-from planopt.plan import RECOMPUTE, SWAP, Plan
+from planopt.plan import KEEP, RECOMPUTE, SWAP, Plan
 from planopt.profile import Profile
 from planopt.runtime.chain import Chain
 from planopt.simulate import Scorer
@@ -20,13 +20,12 @@ def check_plan(chain: Chain, plan: Plan, profile: Profile | None) -> None:
     n = len(chain)
     if len(plan) != n:
         raise InvalidPlanError(f"plan: must have one entry per chain layer ({n}), got {len(plan)}")
-    if plan.has_options:
+    if plan.has_options and profile is None:
         chosen = next(i for i, o in enumerate(plan.options or ()) if o is not None)
         raise InvalidPlanError(
-            f"{where(chosen, chain.names[chosen])}: the chain executor runs whole layers, got "
-            f"option {plan.options[chosen]!r} (cost model v3); run plans with layer options "
-            "on the model itself with planopt.runtime.apply, or solve with whole layers "
-            "(a /2 profile: profile(..., menus=False))"
+            f"{where(chosen, chain.names[chosen])}: a plan with layer options (cost model v3) "
+            f"needs profile= (the /3 profile it was solved for), got option "
+            f"{plan.options[chosen]!r} without one: the option's policy is in its menu"
         )
     if profile is not None:
         if not isinstance(profile, Profile):
@@ -51,6 +50,26 @@ def check_plan(chain: Chain, plan: Plan, profile: Profile | None) -> None:
                 raise InvalidPlanError(
                     f"{where(i, theirs)}: name must match the chain, got {mine!r}"
                 )
+    for i, (action, option) in enumerate(zip(plan.actions, plan.options or (), strict=False)):
+        if option is not None and action is not KEEP:
+            raise InvalidPlanError(
+                f"{where(i, chain.names[i])}: the runtimes run a layer option (cost model v3) "
+                f"on a kept layer only, got option {option!r} with action {action.value}; "
+                "a swap of an option's kept subset is not run (no runtime offloads "
+                "selective-checkpoint caches), so keep the layer with its option or swap it whole"
+            )
+
+
+def option_policies(plan: Plan, profile: Profile | None) -> list[tuple[int, ...] | None]:
+    """Per layer, the op positions its chosen option saves (its menu's policy), or None."""
+    names = plan.options or (None,) * len(plan)
+    if profile is None:
+        return [None] * len(plan)
+    out: list[tuple[int, ...] | None] = []
+    for layer, name in zip(profile.layers, names, strict=True):
+        menu = {o.name: o for o in layer.options}
+        out.append(None if name is None else tuple(menu[name].policy))
+    return out
 
 
 class StepPlan:
@@ -59,7 +78,10 @@ class StepPlan:
     def __init__(self, plan: Plan, profile: Profile | None) -> None:
         n = len(plan)
         self.actions = plan.actions
-        self.trivial = not any(a is SWAP or a is RECOMPUTE for a in plan.actions)
+        self.trivial = not plan.has_options and not any(
+            a is SWAP or a is RECOMPUTE for a in plan.actions
+        )
+        self.policies = option_policies(plan, profile)
         if profile is None:
             # keep-all: no layer needs to know who reads what.
             self.block_at: dict[int, tuple[int, int]] = {}
@@ -67,10 +89,12 @@ class StepPlan:
             self.reads_back: list[list[int]] = [[] for _ in range(n)]
         else:
             scorer = Scorer(profile)
-            runs = scorer.runs(plan.actions)
+            # A partial layer reads its input at its step (its regeneration does):
+            # the runs' block steps, the outputs read and the waits follow (v3).
+            runs = scorer.runs(plan.actions, plan.options)
             self.block_at = runs.block_at  # backward step u -> run (first, top)
             self.out_read = runs.out_read
-            self.reads_back = [scorer.reads_back(t, plan.actions) for t in range(n)]
+            self.reads_back = [scorer.reads_back(t, plan.actions, runs) for t in range(n)]
         self.run_starts = {first for first, _ in self.block_at.values()}
         self.bases = {first - 1 for first in self.run_starts if first > 0}
         self.saves_output = (

@@ -38,7 +38,7 @@ BACKENDS: dict[str, Backend] = {
                 "one worker is a sequential search; more workers race, and CP-SAT's "
                 "deterministic interleaved mode was up to 650x slower on these models"
             ),
-            work="CP-SAT's deterministic time (max_deterministic_time), 1:1",
+            work="CP-SAT's deterministic time (max_deterministic_time), 3.4 units a second",
             translate_units=2e-5,
             objective_cap=True,
             seed_restarts=True,

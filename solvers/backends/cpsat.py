@@ -4,7 +4,7 @@ CP-SAT has every construct natively (enforcement literals, max-equalities,
 optional intervals, a cumulative resource), so the translation is only a
 dictionary from our constraint kinds to its calls. Work is CP-SAT's own
 deterministic time (`max_deterministic_time`, the response's
-`deterministic_time`), taken 1:1 as work units.
+`deterministic_time`), `UNITS_PER_DETERMINISTIC_SECOND` counts each.
 
 NOTE (determinism, measured and documented in docs/solvers.md): one worker
 is a sequential search, so with a work limit and no binding time limit
@@ -39,15 +39,32 @@ if TYPE_CHECKING:
     from planopt.work import WorkMeter
     from solvers.model import Formulation
 
+# Counts per second of CP-SAT's deterministic time. NOTE (issue 25): one worker
+# on the plan models (exact, recompute-only and swap-only on 21-40-layer
+# chains) took 3.35-3.6 CPU-seconds of the reference machine per
+# deterministic second, not the 1 that OR-Tools aims at; taken 1:1 it made a
+# unit of the exact methods cost 2.1-3.6 CPU-seconds.
+UNITS_PER_DETERMINISTIC_SECOND = 3.4
+
 # Settings tried in turn when a solve aborts (see `run_isolated`).
 _ATTEMPTS: tuple[dict, ...] = ({}, {"keep_hint": False})
 
 
 def translate(
-    form: Formulation, hint: Sequence[int] | None, objective_at_most: int | None
+    form: Formulation,
+    hint: Sequence[int] | None,
+    objective_at_most: int | None,
+    memory: str = "cumulative",
 ) -> tuple[cp_model.CpModel, list] | None:
     """The CP-SAT model and its variables (index-aligned with the IR's); None when the
-    capacity is negative (nothing fits)."""
+    capacity is negative (nothing fits).
+
+    `memory` is how the memory resource is stated: `cumulative` (intervals
+    on one cumulative resource, the default), `reservoir` (events: +demand at
+    each present interval's start, -demand at its end, the running level in
+    [0, capacity]) or `both` (each a redundant check of the other).
+    experiments/exact_formulations.py compares them in work units.
+    """
     m = form.model
     if m.capacity < 0:
         return None
@@ -102,8 +119,12 @@ def translate(
         else:  # pragma: no cover - a new constraint kind must be translated here
             raise TypeError(f"CP-SAT back-end cannot translate {type(c).__name__}")
 
+    if memory in ("reservoir", "both"):
+        _add_reservoir(model, m, xs, lit)
+    if memory not in ("cumulative", "reservoir", "both"):
+        raise ValueError(f"memory must be cumulative, reservoir or both, got {memory!r}")
     intervals, demands = [], []
-    for k, iv in enumerate(m.intervals):
+    for k, iv in enumerate(m.intervals if memory != "reservoir" else ()):
         size = model.new_int_var(0, m.horizon, f"len{k}")
         if iv.present is None:
             interval = model.new_interval_var(xs[iv.start], size, xs[iv.end], f"iv{k}")
@@ -125,6 +146,19 @@ def translate(
         for v in form.decision_vars():
             model.add_hint(xs[v], hint[v])
     return model, xs
+
+
+def _add_reservoir(model: cp_model.CpModel, m, xs: list, lit) -> None:
+    """Memory as events: the level after every change at an instant stays within the
+    capacity (frees and allocations at one instant net out, as in the spec)."""
+    times, changes, actives = [], [], []
+    for iv in m.intervals:
+        active = model.new_constant(1) if iv.present is None else lit(iv.present)
+        times += [xs[iv.start], xs[iv.end]]
+        changes += [iv.demand, -iv.demand]
+        actives += [active, active]
+    if times:
+        model.add_reservoir_constraint_with_active(times, changes, actives, 0, m.capacity)
 
 
 def solve(
@@ -153,13 +187,16 @@ def solve(
     workers = max(1, threads)
     params = {
         "max_time_in_seconds": None if time_limit is None else max(0.01, time_limit),
-        "max_deterministic_time": work_limit,
+        "max_deterministic_time": (
+            None if work_limit is None else work_limit / UNITS_PER_DETERMINISTIC_SECOND
+        ),
         "num_workers": workers,
         "random_seed": seed,
         "relative_gap_limit": relative_gap,
         "interleave_search": interleave,
     }
-    code, values, objective, bound, work = run_isolated(model, xs, params)
+    code, values, objective, bound, seconds = run_isolated(model, xs, params)
+    work = seconds * UNITS_PER_DETERMINISTIC_SECOND
     if meter is not None:
         meter.charge(work)
     note = _stopped_by(code, work, work_limit, time_limit)

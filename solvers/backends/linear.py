@@ -74,6 +74,7 @@ def build_lp(
             x.setInitialValue(hint[i] if v.is_bool else hint[i] / scale)
         xs.append(x)
     fresh = iter(range(10**9))
+    start = _Start(hint)
 
     def lit(x: Lit):
         return xs[x[0]] if x[1] else 1 - xs[x[0]]
@@ -116,6 +117,11 @@ def build_lp(
                 if when is not None:
                     add(sel <= lit(when))
             add(pulp.lpSum(selectors) == 1)
+            start.select(
+                selectors,
+                [tlin(ex) for ex, _ in c.terms],
+                [None if when is None else lit(when) for _, when in c.terms],
+            )
         elif isinstance(c, AndEq):
             for x in c.lits:
                 add(xs[c.target] <= lit(x))
@@ -151,6 +157,7 @@ def build_lp(
             # when it lasts at least one tick.
             lasts = pulp.LpVariable(f"z{next(fresh)}", cat=pulp.LpBinary)
             add(xs[iva.end] - xs[iva.start] <= big_t * lasts)
+            start.set(lasts, start.after(xs[iva.end], xs[iva.start], 0.0))
             load = [iva.demand * lasts]
         else:
             load = [iva.demand]
@@ -169,6 +176,7 @@ def build_lp(
             add(xs[ivb.end] - xs[iva.start] <= big_t * q)
             present = 0 if ivb.present is None else 1 - lit(ivb.present)
             add(o >= p + q - 1 - present)
+            start.cover(p, q, o, present, xs[ivb.start], xs[ivb.end], xs[iva.start])
             load.append(ivb.demand * o)
         slack = 0 if iva.present is None else total * (1 - lit(iva.present))
         add(pulp.lpSum(load) <= m.capacity + slack)
@@ -176,6 +184,57 @@ def build_lp(
         add(xs[m.objective] <= objective_at_most / scale)
     prob += xs[m.objective]
     return prob, xs
+
+
+class _Start:
+    """The values of the translation's own variables (selectors, p, q, o, lasts) implied by
+    a hint, so that the back-end receives a complete MIP start.
+
+    NOTE (issue 25, item 3): with only the plan model's variables set, CBC
+    rejected every warm start ("mipstart values could not be used to build a
+    solution": it fixes the integers it is given, the others at 0) and
+    searched without an incumbent; on a 4-layer chain at its minimum budget
+    it stopped after 2,000 nodes with a plan 14% slower than the hint.
+    Values follow the rows exactly (in the rows' own linear units), so the
+    hint's plan is a solution of the linear model whenever it fits there.
+    """
+
+    def __init__(self, hint: Sequence[int] | None) -> None:
+        self.on = hint is not None
+
+    def set(self, x, value: float) -> None:
+        if self.on:
+            x.setInitialValue(value)
+
+    def after(self, later, earlier, gap: float) -> int:
+        """1 when `later - earlier > gap` at the hint (0 without a hint)."""
+        if not self.on:
+            return 0
+        return int(later.varValue - earlier.varValue > gap)
+
+    def select(self, selectors: list, terms: list, whens: list) -> None:
+        """`target == max(0, present terms)`: the selector of the largest present term
+        (the first, `floor`, when none is above 0)."""
+        if not self.on:
+            return
+        best, chosen = 0.0, selectors[0]
+        for sel, term, when in zip(selectors[1:], terms, whens, strict=True):
+            present = when is None or pulp.value(when) > 0.5
+            value = pulp.value(term)
+            if present and value > best:
+                best, chosen = value, sel
+        for sel in selectors:
+            sel.setInitialValue(1 if sel is chosen else 0)
+
+    def cover(self, p, q, o, present, b_start, b_end, a_start) -> None:
+        """`p = [start_b <= start_a]`, `q = [end_b > start_a]`, `o` their conjunction."""
+        if not self.on:
+            return
+        pv = 1 - self.after(b_start, a_start, EPSILON - 1e-12)
+        qv = self.after(b_end, a_start, 0.0)
+        p.setInitialValue(pv)
+        q.setInitialValue(qv)
+        o.setInitialValue(max(0.0, pv + qv - 1 - pulp.value(present)))
 
 
 def read_solution(form: Formulation, prob: pulp.LpProblem, xs: list) -> BackendResult:

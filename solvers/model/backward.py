@@ -12,9 +12,9 @@ when it reads its input `x_t`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from solvers.model.decisions import DecisionVars
+from solvers.model.decisions import DecisionVars, conj, negate
 from solvers.model.ir import AndEq, Define, Expr, Lit, MaxEq, Model, const, neg, pos, var
 from solvers.model.reads import Reads
 
@@ -31,6 +31,9 @@ class BackwardTimes:
     block_issue: list[int]
     rec_start: list[int]
     rec_end: list[int]
+    # Cost model v3: the start of each partial layer's regeneration R_t (None
+    # where the layer has no option); R_t ends when B_t starts.
+    regen_start: list[int | None] = field(default_factory=list)
 
 
 def add_backward_times(m: Model, n: int, forward_end: int) -> BackwardTimes:
@@ -56,6 +59,8 @@ def add_recompute_and_backward(
     b: list[int],
     reads: Reads,
     reads_internals: list[bool],
+    regen: list[list[int]] | None = None,
+    opt_reads_own: list[list[bool]] | None = None,
 ) -> None:
     """Recompute blocks and backward operations (durations `f`, `b` in ticks).
 
@@ -65,8 +70,13 @@ def add_recompute_and_backward(
     predecessor (the block's last recomputation, or its issue) and for the
     copies back of what it reads (`reads_internals[t]`: whether `B_t` reads
     anything of its own layer, internals or output).
+
+    Cost model v3: `regen[t][k]` is option k's regeneration in ticks and
+    `opt_reads_own[t][k]` whether step t reads layer t's copy under it (kept
+    internals or output). A partial layer reads its input at step t (like
+    `saves_input`); its `R_t` waits for what `B_t` would, and `B_t` follows it.
     """
-    saves_in = reads.saves_input
+    saves_in = d.reads_in
     n = len(f)
     rec, swap = d.rec, d.swap
     first = [m.new_bool(f"first{j}") for j in range(n)]
@@ -77,8 +87,14 @@ def add_recompute_and_backward(
             m.add(Define(bt.block_issue[j], var(bt.issue[j]), None))
         else:
             m.add(Define(bt.block_issue[j], var(bt.block_issue[j + 1]), pos(rec[j + 1])))
-            step = bt.issue[j + 1] if saves_in[j + 1] else bt.issue[j]
-            m.add(Define(bt.block_issue[j], var(step), neg(rec[j + 1])))
+            rin = saves_in[j + 1]
+            if rin is True or rin is False:
+                step = bt.issue[j + 1] if rin else bt.issue[j]
+                m.add(Define(bt.block_issue[j], var(step), neg(rec[j + 1])))
+            else:  # a partial layer j+1 (never recomputed) moves the block to its step
+                m.add(Define(bt.block_issue[j], var(bt.issue[j + 1]), rin))
+                idle = conj(m, [neg(rec[j + 1]), negate(rin)], f"stay{j}")
+                m.add(Define(bt.block_issue[j], var(bt.issue[j]), idle))
     for j in range(n):
         if j == 0:
             m.add(AndEq(first[j], (pos(rec[j]),)))
@@ -103,13 +119,18 @@ def add_recompute_and_backward(
         # (its block stays at t unless B_{t+1} reads its input), or the run whose
         # top is t-1 (moved to t because B_t reads its input).
         pred = m.time(f"pred{t}")
-        here = None if t + 1 < n and saves_in[t + 1] else top[t]
-        moved = top[t - 1] if t > 0 and saves_in[t] else None
+        rin_up = saves_in[t + 1] if t + 1 < n else False
+        here = None if rin_up is True else pos(top[t])
+        if here is not None and rin_up is not False:
+            here = conj(m, [here, negate(rin_up)], f"here{t}")
+        moved = None if t == 0 or saves_in[t] is False else pos(top[t - 1])
+        if moved is not None and saves_in[t] is not True:
+            moved = conj(m, [moved, saves_in[t]], f"moved{t}")
         if here is not None:
-            m.add(Define(pred, var(bt.rec_end[t]), pos(here)))
+            m.add(Define(pred, var(bt.rec_end[t]), here))
         if moved is not None:
-            m.add(Define(pred, var(bt.rec_end[t - 1]), pos(moved)))
-        idle = tuple(neg(x) for x in (here, moved) if x is not None)
+            m.add(Define(pred, var(bt.rec_end[t - 1]), moved))
+        idle = tuple(negate(x) for x in (here, moved) if x is not None)
         if idle:
             none_here = m.new_bool(f"noblock{t}")
             m.add(AndEq(none_here, idle))
@@ -117,9 +138,24 @@ def add_recompute_and_backward(
         else:
             m.add(Define(pred, var(bt.issue[t]), None))
         waits: list[tuple[Expr, Lit | None]] = [(var(pred), None)]
+        opts = d.opt[t] if d.opt else []
         if reads_internals[t]:
-            waits.append((var(bt.back_end[t]), pos(swap[t])))
-        if t > 0 and saves_in[t]:
-            waits.append((var(bt.back_end[t - 1]), pos(swap[t - 1])))
-        m.add(MaxEq(bt.start[t], tuple(waits)))
+            # v3: a partial layer whose copy holds nothing step t reads waits for none
+            empty = [neg(v) for k, v in enumerate(opts) if not opt_reads_own[t][k]]
+            waits.append((var(bt.back_end[t]), conj(m, [pos(swap[t]), *empty], f"own{t}")))
+        if t > 0 and saves_in[t] is not False:
+            cond = pos(swap[t - 1])
+            if saves_in[t] is not True:
+                cond = conj(m, [cond, saves_in[t]], f"inwait{t}")
+            waits.append((var(bt.back_end[t - 1]), cond))
+        if not opts:
+            bt.regen_start.append(None)
+            m.add(MaxEq(bt.start[t], tuple(waits)))
+        else:  # R_t starts when B_t would have; B_t starts when R_t ends
+            rs = m.time(f"regen{t}.start")
+            bt.regen_start.append(rs)
+            m.add(MaxEq(rs, tuple(waits)))
+            m.add(Define(bt.start[t], var(rs), d.whole(t)))
+            for k, v in enumerate(opts):
+                m.add(Define(bt.start[t], var(rs) + regen[t][k], pos(v)))
         m.add(Define(bt.end[t], var(bt.start[t]) + b[t], None))

@@ -9,7 +9,7 @@ delayed copy back would free memory the real executor does not free.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from planopt.errors import UnsupportedProfileError
 from planopt.plan import KEEP, RECOMPUTE, SWAP, Action, Plan
@@ -43,6 +43,8 @@ class Formulation:
     prefetch: list[dict[int, int]]
     wait: list[dict[int, int]]
     n_ops: int
+    # Cost model v3: per layer one literal per option of its menu (menu order).
+    opt: list[list[int]] = field(default_factory=list)
 
     @property
     def time_unit(self) -> float:
@@ -55,7 +57,11 @@ class Formulation:
         actions: list[Action] = []
         prefetch: list[int | None] = []
         wait: list[int | None] = []
+        options: list[str | None] = [None] * n
         for i in range(n):
+            for k, v in enumerate(self.opt[i] if self.opt else ()):
+                if value(v):
+                    options[i] = self.profile.layers[i].options[k].name
             if value(self.swap[i]):
                 actions.append(SWAP)
                 prefetch.append(next(j for j, v in self.prefetch[i].items() if value(v)))
@@ -64,7 +70,7 @@ class Formulation:
                 actions.append(RECOMPUTE if value(self.rec[i]) else KEEP)
                 prefetch.append(None)
                 wait.append(None)
-        return Plan.build(actions, prefetch, wait, profile=self.profile)
+        return Plan.build(actions, prefetch, wait, profile=self.profile, options=options)
 
     def decisions(self, plan: Plan) -> dict[int, int]:
         """Values of the decision variables that encode `plan` (for hints and warm starts)."""
@@ -77,6 +83,9 @@ class Formulation:
                 out[v] = int(action is SWAP and plan.prefetch_at[i] == j)
             for j, v in self.wait[i].items():
                 out[v] = int(action is SWAP and plan.swap_wait[i] == j)
+            chosen = plan.options[i] if plan.options else None
+            for k, v in enumerate(self.opt[i] if self.opt else ()):
+                out[v] = int(self.profile.layers[i].options[k].name == chosen)
         return out
 
     def decision_vars(self) -> list[int]:
@@ -85,6 +94,7 @@ class Formulation:
         for i in range(len(self.keep)):
             out += self.prefetch[i].values()
             out += self.wait[i].values()
+            out += self.opt[i] if self.opt else ()
         return out
 
     def seconds(self, ticks: float) -> float:
@@ -125,12 +135,16 @@ def build(
     reads = reads_of(profile, times)
     m = Model(horizon=times.horizon)
 
-    d = add_decisions(m, n, actions, with_swap_wait, choices, reads.saves_input)
+    menus = [len(x.options) for x in layers]
+    names = [[o.name for o in x.options] for x in layers]
+    d = add_decisions(m, n, actions, with_swap_wait, choices, reads.saves_input, menus, names)
     fwd = add_forward(m, d, f, reads)
     bt = add_backward_times(m, n, fwd.end[n - 1])
     h2d_free = add_copy_back_queue(m, d, fwd, bt, reads)
     reads_own = [x.saved_bytes > 0 or x.saves_output for x in layers]
-    add_recompute_and_backward(m, d, bt, f, b, reads, reads_own)
+    regen = [[times.ticks(o.recompute) for o in x.options] for x in layers]
+    opt_own = [[o.saved_bytes > 0 or x.saves_output for o in x.options] for x in layers]
+    add_recompute_and_backward(m, d, bt, f, b, reads, reads_own, regen, opt_own)
     # The makespan: the last compute operation, or a copy nobody waits for (a
     # swap whose products no backward reads still copies back its 0 bytes).
     makespan = m.time("makespan")
@@ -151,5 +165,7 @@ def build(
         d_back = [reads.back_least(i) for i in range(n)]
         add_relaxation_cuts(m, profile, bt.end[0], d, f, b, d_out, d_back, memory)
     m.objective = makespan
-    n_ops = OPS_PER_LAYER * n
-    return Formulation(m, profile, budget, times, d.keep, d.swap, d.rec, d.prefetch, d.wait, n_ops)
+    n_ops = (OPS_PER_LAYER + int(profile.has_options)) * n  # v3: R_i is one more
+    return Formulation(
+        m, profile, budget, times, d.keep, d.swap, d.rec, d.prefetch, d.wait, n_ops, d.opt
+    )

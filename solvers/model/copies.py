@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from solvers.model.backward import BackwardTimes
 from solvers.model.decisions import DecisionVars
-from solvers.model.forward import ForwardTimes
+from solvers.model.forward import ForwardTimes, copy_cases
 from solvers.model.ir import Define, Expr, MaxEq, Model, const, neg, pos, var
 from solvers.model.reads import Reads
 
@@ -43,9 +43,8 @@ def add_copy_back_queue(
     for x in range(n):
         m.add(Define(bt.back_start[x], const(0), neg(d.swap[x])))
         start = var(bt.back_start[x])
-        if reads.back_depends_on_block(x):
-            m.add(Define(bt.back_end[x], start + reads.back_full[x], pos(d.rec[x + 1])))
-            m.add(Define(bt.back_end[x], start + reads.back_internal[x], neg(d.rec[x + 1])))
-        else:
-            m.add(Define(bt.back_end[x], start + reads.back_least(x), None))
+        whole = (reads.back_full[x], reads.back_internal[x])
+        opts = [*zip(reads.opt_back_full[x], reads.opt_back_internal[x], strict=True)]
+        for lit, ticks in copy_cases(m, d, x, fwd.out_read[x], whole, opts):
+            m.add(Define(bt.back_end[x], start + ticks, lit))
     return h2d

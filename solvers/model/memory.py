@@ -11,6 +11,11 @@ regeneration to that reader; the gradient `g_i` from `B_i` to the end of
 forward, recomputation and backward scratch for the length of their
 operations. An interval that may last zero time occupies nothing then (free
 before allocate), as in the spec.
+
+Cost model v3 (a partial layer with option k): its kept `h_k` bytes follow
+the internals' rules; the dropped `s_i - h_k` live for `F_i` only and again
+from `R_i` to the end of `B_i`, with the regeneration's scratch during `R_i`;
+its input is read to the end of `B_i`.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import math
 
 from planopt.profile import Profile
 from solvers.model.backward import BackwardTimes
-from solvers.model.decisions import DecisionVars
+from solvers.model.decisions import DecisionVars, conj, negate
 from solvers.model.forward import ForwardTimes
 from solvers.model.ir import AndEq, Define, Interval, Lit, MaxEq, Model, neg, pos, var
 from solvers.model.reads import Reads
@@ -75,6 +80,8 @@ def add_memory(
         fwd_use = fwd.end[nxt]  # the output's forward use: F_{i+1} (F_i for the last layer)
         f_pair = f[i] + (f[nxt] if nxt != i else 0)
         # Internals: to B_i when kept, to the later of copy out and F_i when swapped.
+        opts = list(zip(d.opt[i], layer.options, strict=False)) if d.opt else []
+        whole = d.whole(i)
         if layer.saved_bytes > 0:
             int_free = m.time(f"int{i}.free")
             int_swapfree = m.time(f"int{i}.swapfree")
@@ -82,56 +89,82 @@ def add_memory(
             m.add(Define(int_free, var(e[i]), pos(keep[i])))
             m.add(Define(int_free, var(fwd.end[i]), pos(rec[i])))
             m.add(Define(int_free, var(int_swapfree), pos(swap[i])))
-            interval(fwd.start[i], int_free, layer.saved_bytes, None, f[i], in_forward=True)
+            interval(fwd.start[i], int_free, layer.saved_bytes, whole, f[i], in_forward=True)
             back = reads.back_internal[i] + b[i]
-            interval(bt.back_start[i], e[i], layer.saved_bytes, pos(swap[i]), back)
+            swap_whole = conj(m, [pos(swap[i]), whole], f"swapwhole{i}")
+            interval(bt.back_start[i], e[i], layer.saved_bytes, swap_whole, back)
             interval(bt.rec_start[i], e[i], layer.saved_bytes, pos(rec[i]), f[i] + b[i])
+            for k, (v, o) in enumerate(opts):
+                dropped = layer.saved_bytes - o.saved_bytes
+                interval(fwd.start[i], int_free, o.saved_bytes, pos(v), f[i], in_forward=True)
+                interval(fwd.start[i], fwd.end[i], dropped, pos(v), f[i], in_forward=True)
+                swap_k = conj(m, [pos(swap[i]), pos(v)], f"swapopt{i}_{k}")
+                interval(bt.back_start[i], e[i], o.saved_bytes, swap_k, b[i])
+        regen_start = bt.regen_start[i] if bt.regen_start else None
+        for v, o in opts:
+            assert regen_start is not None
+            dropped = layer.saved_bytes - o.saved_bytes
+            interval(regen_start, e[i], dropped, pos(v), b[i])
+            interval(regen_start, bt.start[i], o.regen_work_bytes, pos(v), 0)
         # The output: its last backward reader is B_i, else B_{i+1}, else the
         # block above (which reads it to the end of its first forward).
+        rin = d.reads_in[i + 1] if d.reads_in else reads.saves_input[i + 1]
         if reads.saves_output[i]:
             reader: int | None = e[i]
-        elif reads.saves_input[i + 1]:
+        elif rin is True:
             reader = e[i + 1]
         elif not last:
-            reader = bt.rec_end[i + 1]  # read only when layer i+1 is recompute
+            reader = bt.rec_end[i + 1]  # read only when layer i+1 is recompute (or partial)
         else:
             reader = None
         out_free = m.time(f"out{i}.free")
         m.add(Define(out_free, var(fwd_use), pos(rec[i])))
         swap_free = m.time(f"out{i}.swapfree")
         m.add(MaxEq(swap_free, ((var(fwd.out_end[i]), None), (var(fwd_use), None))))
-        if reads.read_always(i):
+        back_reads: list[tuple[int, Lit | None]] = []  # (reader's end, when) of a copy back
+        if reads.saves_output[i] or rin is True:
             m.add(Define(out_free, var(reader), pos(keep[i])))
             m.add(Define(out_free, var(swap_free), pos(swap[i])))
-            back_present: Lit | None = pos(swap[i])
-        elif reader is not None:  # read only by the block above, if i+1 is recompute
+            back_reads.append((reader, pos(swap[i])))
+        elif reader is not None:  # read by the block above if i+1 is recompute (v3: or R_{i+1})
             kept_read = both(pos(keep[i]), pos(rec[i + 1]), f"keepread{i}")
-            kept_unread = both(pos(keep[i]), neg(rec[i + 1]), f"keepunread{i}")
             m.add(Define(out_free, var(reader), kept_read))
+            swap_read = both(pos(swap[i]), pos(rec[i + 1]), f"swapread{i}")
+            back_reads.append((reader, swap_read))
+            unread = [neg(rec[i + 1])]
+            if rin is not False:  # a partial layer i+1 reads it to the end of B_{i+1}
+                m.add(Define(out_free, var(e[i + 1]), conj(m, [pos(keep[i]), rin], f"kin{i}")))
+                back_reads.append((e[i + 1], conj(m, [pos(swap[i]), rin], f"sin{i}")))
+                unread.append(negate(rin))
+            kept_unread = conj(m, [pos(keep[i]), *unread], f"keepunread{i}")
             m.add(Define(out_free, var(fwd_use), kept_unread))
-            back_present = both(pos(swap[i]), pos(rec[i + 1]), f"swapread{i}")
-            swap_unread = both(pos(swap[i]), neg(rec[i + 1]), f"swapunread{i}")
-            m.add(Define(out_free, var(swap_free), back_present))
+            read = fwd.out_read[i] if fwd.out_read else pos(rec[i + 1])
+            assert read is not True and read is not False
+            m.add(Define(out_free, var(swap_free), conj(m, [pos(swap[i]), read], f"sr{i}")))
+            swap_unread = conj(m, [pos(swap[i]), *unread], f"swapunread{i}")
             m.add(Define(out_free, var(fwd_use), swap_unread))
         else:  # the last layer's output with no reader
             m.add(Define(out_free, var(fwd_use), pos(keep[i])))
             m.add(Define(out_free, var(fwd_use), pos(swap[i])))
-            back_present = None
         interval(fwd.start[i], out_free, layer.out_bytes, None, f_pair, in_forward=True)
-        if back_present is not None and reader is not None:
-            interval(bt.back_start[i], reader, layer.out_bytes, back_present, 0)
+        for end, when in back_reads:
+            interval(bt.back_start[i], end, layer.out_bytes, when, 0)
         # Regenerated in a block: the output to its last reader (B_i, else
         # B_{i+1}), else to the end of its forward use in the block.
         regen_free = m.time(f"regen{i}.free")
         if reads.saves_output[i]:
             m.add(Define(regen_free, var(e[i]), None))
-        elif reads.saves_input[i + 1]:
+        elif rin is True:
             m.add(Define(regen_free, var(e[i + 1]), None))
         elif last:
             m.add(Define(regen_free, var(bt.rec_end[i]), None))
         else:
             m.add(Define(regen_free, var(bt.rec_end[i + 1]), pos(rec[i + 1])))
-            m.add(Define(regen_free, var(bt.rec_end[i]), neg(rec[i + 1])))
+            idle = [neg(rec[i + 1])]
+            if rin is not False:
+                m.add(Define(regen_free, var(e[i + 1]), rin))
+                idle.append(negate(rin))
+            m.add(Define(regen_free, var(bt.rec_end[i]), conj(m, idle, f"regenidle{i}")))
         interval(bt.rec_start[i], regen_free, layer.out_bytes, pos(rec[i]), 0)
         interval(fwd.start[i], fwd.end[i], layer.fwd_work_bytes, None, f[i], in_forward=True)
         interval(bt.rec_start[i], bt.rec_end[i], layer.fwd_work_bytes, pos(rec[i]), f[i])

@@ -27,6 +27,12 @@ class Reads:
     out_internal: tuple[int, ...]  # D2H of the internals alone
     back_full: tuple[int, ...]
     back_internal: tuple[int, ...]
+    # Cost model v3: per layer, per option of its menu (in menu order), the copy
+    # durations of its kept subset with and without the output.
+    opt_out_full: tuple[tuple[int, ...], ...] = ()
+    opt_out_internal: tuple[tuple[int, ...], ...] = ()
+    opt_back_full: tuple[tuple[int, ...], ...] = ()
+    opt_back_internal: tuple[tuple[int, ...], ...] = ()
 
     @property
     def n(self) -> int:
@@ -58,6 +64,16 @@ class Reads:
 def reads_of(profile: Profile, times: TimeScale) -> Reads:
     layers = profile.layers
     dev = profile.device
+
+    def per_option(seconds, with_out: bool) -> tuple[tuple[int, ...], ...]:
+        return tuple(
+            tuple(
+                times.ticks(seconds(o.saved_bytes + (x.out_bytes if with_out else 0)))
+                for o in x.options
+            )
+            for x in layers
+        )
+
     return Reads(
         saves_input=(*(x.saves_input for x in layers), False),
         saves_output=tuple(x.saves_output for x in layers),
@@ -65,4 +81,8 @@ def reads_of(profile: Profile, times: TimeScale) -> Reads:
         out_internal=tuple(times.ticks(dev.d2h_seconds(x.saved_bytes)) for x in layers),
         back_full=tuple(times.ticks(dev.h2d_seconds(x.product_bytes)) for x in layers),
         back_internal=tuple(times.ticks(dev.h2d_seconds(x.saved_bytes)) for x in layers),
+        opt_out_full=per_option(dev.d2h_seconds, True),
+        opt_out_internal=per_option(dev.d2h_seconds, False),
+        opt_back_full=per_option(dev.h2d_seconds, True),
+        opt_back_internal=per_option(dev.h2d_seconds, False),
     )

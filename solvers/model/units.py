@@ -94,7 +94,9 @@ def exact_memory(profile: Profile) -> MemoryScale:
             layer.input_grad_bytes,
             layer.param_grad_bytes,
             layer.fwd_work_bytes,
-            layer.bwd_work_bytes,
+            abs(layer.bwd_work_bytes),
+            *(o.saved_bytes for o in layer.options),
+            *(o.regen_work_bytes for o in layer.options),
         )
         if v > 0
     ]

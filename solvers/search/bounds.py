@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from planopt.certificate import Certificate
+from planopt.certificate import T_IDEAL, Certificate
 from planopt.problem import Problem
 
 # The bound's own share of the solve's limits (work and time), reserved before
@@ -28,6 +28,11 @@ def relaxation_lower_bound(
     """
     from solvers.model.relaxation_highs import highs_bound
 
+    if problem.profile.has_options:
+        # NOTE: the relaxation models whole layers; an option can lower memory below
+        # what it assumes, so over menus (cost model v3) only T_ideal is a bound.
+        detail = "T_ideal: the relaxation does not model menus of options (cost model v3)"
+        return problem.profile.t_ideal, Certificate(T_IDEAL, False, detail=detail)
     limit = problem.meter.limit
     work = None if limit is None else share * limit
     left = problem.work_left()

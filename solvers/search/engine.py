@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from planopt.plan import SWAP, Action, Plan, need_indices
+from planopt.plan import RECOMPUTE, SWAP, Action, Plan, need_indices
 from planopt.problem import Problem
 
 # (layer, action, lead, wait offset): for a swap, prefetch_at = need + lead
@@ -34,6 +34,7 @@ class Snapshot:
     wait: tuple[int | None, ...]
     need: tuple[int, ...]
     key: Key
+    options: tuple[str | None, ...] = ()
 
 
 def better(new: Key, old: Key) -> bool:
@@ -69,7 +70,11 @@ class Incumbent:
         self.actions: list[Action] = list(plan.actions)
         self.prefetch: list[int | None] = list(plan.prefetch_at)
         self.wait: list[int | None] = list(plan.swap_wait)
-        self.need = need_indices(self.actions, self.problem.profile)
+        # Cost model v3: each layer's option (None: whole). Moves keep a layer's
+        # option while it stays kept or swapped and drop it when it is recomputed;
+        # options come from the starts and the exact windows.
+        self.options: list[str | None] = list(plan.options or (None,) * self.n)
+        self.need = need_indices(self.actions, self.problem.profile, self.options)
         self.evals = 0
         self.windows = 0
         self.key = self._score()
@@ -80,7 +85,9 @@ class Incumbent:
 
     def _score(self) -> Key:
         self.evals += 1
-        makespan, peak = self.scorer.score(self.actions, self.prefetch, self.wait)
+        makespan, peak = self.scorer.score(
+            self.actions, self.prefetch, self.wait, options=self.options
+        )
         return (0, makespan) if self.problem.fits(peak) else (1, float(peak))
 
     @property
@@ -99,7 +106,13 @@ class Incumbent:
         return self.problem.expired()
 
     def plan(self) -> Plan:
-        return Plan.build(self.actions, self.prefetch, self.wait, profile=self.problem.profile)
+        return Plan.build(
+            self.actions,
+            self.prefetch,
+            self.wait,
+            profile=self.problem.profile,
+            options=self.options,
+        )
 
     def lead(self, i: int) -> int | None:
         p = self.prefetch[i]
@@ -114,11 +127,13 @@ class Incumbent:
     def _apply(self, changes: Sequence[Change]) -> tuple[dict, list[int]]:
         """Make `changes` (see the note on other swapped layers). Returns the undo and need."""
         n = self.n
-        undo: dict[int, tuple[Action, int | None, int | None]] = {}
+        undo: dict[int, tuple[Action, int | None, int | None, str | None]] = {}
         for i, action, _, _ in changes:
-            undo[i] = (self.actions[i], self.prefetch[i], self.wait[i])
+            undo[i] = (self.actions[i], self.prefetch[i], self.wait[i], self.options[i])
             self.actions[i] = action
-        need = need_indices(self.actions, self.problem.profile)
+            if action is RECOMPUTE:
+                self.options[i] = None
+        need = need_indices(self.actions, self.problem.profile, self.options)
         touched = set(undo)
         for i, action, lead, offset in changes:
             if action is SWAP:
@@ -134,13 +149,13 @@ class Incumbent:
         old_need = self.need
         for j in range(n):
             if need[j] > old_need[j] and self.actions[j] is SWAP and j not in touched:
-                undo[j] = (self.actions[j], self.prefetch[j], self.wait[j])
+                undo[j] = (self.actions[j], self.prefetch[j], self.wait[j], self.options[j])
                 self.prefetch[j] = min(self.prefetch[j] - old_need[j] + need[j], n - 1)
         return undo, need
 
     def _revert(self, undo: dict) -> None:
-        for i, (a, p, w) in undo.items():
-            self.actions[i], self.prefetch[i], self.wait[i] = a, p, w
+        for i, (a, p, w, o) in undo.items():
+            self.actions[i], self.prefetch[i], self.wait[i], self.options[i] = a, p, w, o
 
     def probe(self, changes: Sequence[Change]) -> Key:
         """The key the plan would have after `changes` (the plan is left as it was)."""
@@ -206,16 +221,23 @@ class Incumbent:
         self.actions = list(plan.actions)
         self.prefetch = list(plan.prefetch_at)
         self.wait = list(plan.swap_wait)
-        self.need = need_indices(self.actions, self.problem.profile)
+        self.options = list(plan.options or (None,) * self.n)
+        self.need = need_indices(self.actions, self.problem.profile, self.options)
         self.key = key
         self._note_best()
         return True
 
     def snapshot(self) -> Snapshot:
         return Snapshot(
-            tuple(self.actions), tuple(self.prefetch), tuple(self.wait), tuple(self.need), self.key
+            tuple(self.actions),
+            tuple(self.prefetch),
+            tuple(self.wait),
+            tuple(self.need),
+            self.key,
+            tuple(self.options),
         )
 
     def restore(self, snap: Snapshot) -> None:
         self.actions, self.prefetch = list(snap.actions), list(snap.prefetch)
         self.wait, self.need, self.key = list(snap.wait), list(snap.need), snap.key
+        self.options = list(snap.options or (None,) * self.n)

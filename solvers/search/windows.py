@@ -99,9 +99,11 @@ def exact_window(
             )
         elif a is SWAP:
             w = inc.wait[i]
-            choices[i] = Choices((SWAP,), (inc.prefetch[i],), () if w is None else (w,))
+            choices[i] = Choices(
+                (SWAP,), (inc.prefetch[i],), () if w is None else (w,), (inc.options[i],)
+            )
         else:
-            choices[i] = Choices((a,))
+            choices[i] = Choices((a,), options=(inc.options[i],))
     problem.meter.charge(BUILD_UNITS_PER_LAYER * n)
     form = build(problem.profile, problem.budget, choices=choices)
     for i in range(n):
@@ -128,12 +130,13 @@ def exact_window(
         plan.actions[i] is inc.actions[i]
         and plan.prefetch_at[i] == inc.prefetch[i]
         and plan.swap_wait[i] == inc.wait[i]
+        and (plan.options or (None,) * n)[i] == inc.options[i]
         for i in range(lo, hi)
     ):
         return False
     if window.shifts == (0,):
         return inc.offer(plan)
-    need = need_indices(plan.actions, problem.profile)
+    need = need_indices(plan.actions, problem.profile, plan.options)
     changes: list[Change] = []
     for shift in window.shifts:
         for i in range(lo, hi):

@@ -1,0 +1,202 @@
+"""remat-dp over menus (cost model v3): CPU seconds and work to a proven optimum against L.
+
+Run from the repository root:
+
+    python -m experiments.remat_dp_menus --tag after     # results/remat_dp_menus_after.json
+    python -m experiments.remat_dp_menus --render        # results/remat_dp_menus.md
+
+Each run rewrites its tag's rows and the table. `--tag before` was run
+with the search of commit 967421b (the plain-Python
+label search: `solvers/remat/menu_search.py` and `menus.py` of that commit
+checked out over the working tree), `--tag after` with this branch's; the
+rows of both stay in their JSON files and `--render` writes the table.
+
+Chains: `random_chain(L, seed=0, version=2)` (the "mixed" family), where
+every layer with internals and a forward gets three options keeping 1/4,
+1/2 and 3/4 of its internals for 4/5, 3/5 and 2/5 of its forward; and,
+with `--traced FILE`, a traced transformer's /3 profile (`planopt
+profile-model hf:gpt2 ...`, SAC menus per block) with its blocks repeated
+to about L layers. Budgets are fractions of the whole-layer profile's
+keep-all activation memory. Timed: `remat_dp(Problem)` (the method as
+`planopt.solve` calls it: the whole-layer optimum as incumbent, the edges,
+the bounds, the labels, the plan), CPU seconds of this process
+(`time.process_time`; the machine is shared), and the work it charged.
+A `--limit` of seconds stops a run (the old search charged no work for its
+labels, so only a time limit stops it): such a row says "stopped".
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import planopt
+from planopt.problem import Problem
+from planopt.profile import LayerOption, Profile
+from planopt.random_chain import random_chain
+from solvers.remat_dp import remat_dp
+
+RESULTS = Path(__file__).parent / "results"
+TAGS = ("before", "after")
+
+
+def rows_file(tag: str) -> Path:
+    return RESULTS / f"remat_dp_menus_{tag}.json"
+
+
+LENGTHS = (64, 200, 1000)
+FRACTIONS = (0.7, 0.5, 0.3)
+
+
+def menu_chain(n: int, seed: int = 0) -> Profile:
+    """The random chain with three synthetic options per layer (see the module doc)."""
+    base = random_chain(n, seed=seed, version=2)
+    layers = []
+    for x in base.layers:
+        if x.saved_bytes > 0 and x.fwd > 0:
+            menu = tuple(
+                LayerOption(f"k{q}", q * x.saved_bytes // 4, x.fwd * (4 - q) / 5, (q,))
+                for q in (1, 2, 3)
+            )
+            x = dataclasses.replace(x, options=menu)
+        layers.append(x)
+    return base.replace_layers(layers, name=f"{base.name}-menus")
+
+
+def repeated(profile: Profile, n: int) -> Profile:
+    """A traced chain (first layer, identical blocks, head) with its blocks repeated to
+    about `n` layers; the blocks are the layers between the first and the last
+    `tail` ones, `tail` = the layers after the last one with a menu."""
+    layers = list(profile.layers)
+    with_menu = [i for i, x in enumerate(layers) if x.options]
+    first, last = with_menu[0], with_menu[-1]
+    head, block, tail = layers[:first], layers[first : last + 1], layers[last + 1 :]
+    per = len(block) // len(with_menu) if len(block) % len(with_menu) == 0 else len(block)
+    unit = block[:per]
+    copies = max(1, (n - len(head) - len(tail)) // per)
+    body = [dataclasses.replace(x, name=f"{x.name}#{c}") for c in range(copies) for x in unit]
+    return profile.replace_layers(head + body + tail, name=f"{profile.name}-x{copies}")
+
+
+def whole(profile: Profile) -> Profile:
+    return profile.replace_layers([dataclasses.replace(x, options=()) for x in profile.layers])
+
+
+def run(profile: Profile, fraction: float, limit: float) -> dict:
+    budget = planopt.budget_from_fraction(whole(profile), fraction)
+    problem = Problem(
+        profile, budget, planopt.min_budget(profile), deadline=time.monotonic() + limit
+    )
+    start = time.process_time()
+    out = remat_dp(problem)
+    seconds = time.process_time() - start
+    overhead = None
+    if out.plan is not None:
+        makespan = planopt.simulate(profile, out.plan).makespan
+        overhead = makespan / profile.t_ideal - 1
+    return {
+        "chain": profile.name,
+        "L": len(profile.layers),
+        "fraction": fraction,
+        "status": out.status.value,
+        "cpu_s": seconds,
+        "work": problem.meter.used,
+        "overhead": overhead,
+        "options": sum(1 for o in out.plan.options if o) if out.plan is not None else None,
+    }
+
+
+def render(rows: list[dict]) -> str:
+    keys = sorted(
+        {(r["chain"], r["L"], r["fraction"]) for r in rows},
+        key=lambda k: (k[0].split("-n")[0], k[1], -k[2]),
+    )
+
+    def cell(tag, key):
+        found = [r for r in rows if r["tag"] == tag and (r["chain"], r["L"], r["fraction"]) == key]
+        if not found:
+            return "–", "–"
+        r = found[-1]
+        mark = {"optimal": "", "infeasible": " (infeasible)"}.get(r["status"], " (stopped)")
+        return f"{r['cpu_s']:.3g}{mark}", f"{r['work']:.3g}"
+
+    lines = [
+        "# remat-dp over menus: CPU seconds and work to a proven optimum",
+        "",
+        "Made by `python -m experiments.remat_dp_menus` (module doc: chains, budgets, what is",
+        "timed). CPU seconds of one process on the shared 2-core box (other helpers' jobs ran at",
+        "the same time: read ratios, not the last digit); work in units (`planopt.work`).",
+        '"before": the search of commit 967421b (plain-Python labels; its labels were not',
+        'charged, so its work is the edges\' only); "after": this branch (numpy edges and fronts,',
+        "the menu Lagrangian bound). Where both proved their plan, the overhead is the same",
+        '(the overhead and options columns are the "after" run\'s).',
+        "",
+        "| chain | L | budget | before: CPU s | before: work | after: CPU s | after: work "
+        "| overhead | options used |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for key in keys:
+        before, after = cell("before", key), cell("after", key)
+        done = [
+            r for r in rows if r["tag"] == "after" and (r["chain"], r["L"], r["fraction"]) == key
+        ]
+        ov = f"{done[-1]['overhead']:.2%}" if done and done[-1]["overhead"] is not None else "–"
+        opts = str(done[-1]["options"]) if done and done[-1]["options"] is not None else "–"
+        lines.append(
+            f"| {key[0]} | {key[1]} | {key[2]:.0%} | {before[0]} | {before[1]} "
+            f"| {after[0]} | {after[1]} | {ov} | {opts} |"
+        )
+    lines += [
+        "",
+        "A row marked stopped met the wall-clock `--limit` (30 s) on the loaded machine, so its",
+        "CPU seconds are what it got in that time; it returned a feasible plan (the whole-layer",
+        "optimum, or better) with a bound. The old search charged no work for its labels, so",
+        "its work column counts its edges only. `infeasible` rows: no keep/option/recompute plan",
+        "fits (the traced GPT-2's blocks hold most of the budget; 100 blocks at 70% is below the",
+        "space's minimum, 300 blocks is not); the new search spends 10-60 ms more there than the",
+        "old one (a numpy pass per layer where the old rows stopped after a few tops).",
+        "",
+        'Target of issue 24, "remat-dp with menus on 1,000 layers proven in under 1 s": NOT',
+        "met. The 1,000-layer random chain is proven in about 1.5 s at 70% and 6 s at 50%, and",
+        "not within the limit at 30%; the whole-layer remat-dp that gives the incumbent takes",
+        "0.4-1.5 s of that alone. The menu Lagrangian bound keeps one memory constraint (the",
+        "path's last segment with an op) and lies 7-13% below the optimum on these chains,",
+        "so fronts still hold hundreds of labels a node.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tag", default="after")
+    parser.add_argument("--lengths", type=int, nargs="*", default=list(LENGTHS))
+    parser.add_argument("--fractions", type=float, nargs="*", default=list(FRACTIONS))
+    parser.add_argument("--traced", type=Path, help="a /3 profile of a traced transformer")
+    parser.add_argument("--traced-lengths", type=int, nargs="*", default=[100, 300, 600])
+    parser.add_argument("--limit", type=float, default=60.0, help="seconds a run may take")
+    parser.add_argument("--render", action="store_true")
+    args = parser.parse_args()
+    rows: list[dict] = []
+    if not args.render:
+        chains = [menu_chain(n) for n in args.lengths]
+        if args.traced:
+            traced = planopt.load_profile(args.traced)
+            chains += [repeated(traced, n) for n in args.traced_lengths]
+        for profile in chains:
+            for fraction in args.fractions:
+                row = {"tag": args.tag, **run(profile, fraction, args.limit)}
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+                rows_file(args.tag).write_text(json.dumps(rows, indent=1) + "\n")
+    every = []
+    for tag in TAGS:
+        if rows_file(tag).exists():
+            every += json.loads(rows_file(tag).read_text())
+    (RESULTS / "remat_dp_menus.md").write_text(render(every))
+
+
+if __name__ == "__main__":
+    main()
