@@ -20,9 +20,9 @@
 3. Scaling: GPT-2's traced block with its menu repeated to L = 16 .. 1000
    layers (`repeated_chain`, embedding and head kept), at 50% and 30%.
 
-Every solve has a work limit (deterministic) and a time guard: remat-dp's
-label search over menus does not charge work units yet (the guard is what
-stops it; a row it stopped says so). CPU seconds are `time.process_time`.
+Run it under `ulimit -v 4000000` (4 GB): a solve that runs out of memory is a row
+saying so. Every solve has a work limit (deterministic) and a time guard on top; a row
+the guard stopped says so. CPU seconds are `time.process_time`.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +44,7 @@ RESULTS = Path(__file__).parent / "results"
 CACHE = RESULTS / "selective"
 FIGURE = Path(__file__).parent / "figures" / "selective.png"
 FRACTIONS = (0.7, 0.5, 0.3)
-METHODS = ("remat-dp", "pooch")
+METHODS = ("remat-dp", "pooch", "auto")
 WORK = 20.0  # work units per solve
 GUARD = 20.0  # seconds: the time guard on top (see the module note)
 SCALE_L = (16, 64, 256, 1000)
@@ -109,15 +110,19 @@ class Run:
     guarded: bool  # stopped by the time guard, not the work limit
 
 
-def run(profile: Profile, budget: int, method: str, work: float = WORK, guard: float = GUARD):
+def run(
+    profile: Profile, budget: int, method: str, work: float | None = WORK, guard: float = GUARD
+) -> Run:
     start = time.process_time()
-    sol = solve(profile, budget, method, work_limit=work, time_limit=guard)
+    try:
+        sol = solve(profile, budget, method, work_limit=work, time_limit=guard)
+    except MemoryError:  # the run's address space is capped (`ulimit -v`): say so
+        return Run("out of memory", None, None, math.nan, time.process_time() - start, False)
     cpu = time.process_time() - start
     overhead = None if sol.schedule is None else sol.schedule.makespan / profile.t_ideal - 1
     stopped = sol.status in (Status.FEASIBLE, Status.TIMEOUT) and "limit" in sol.message
-    return Run(
-        sol.status.value, overhead, sol.gap, sol.work_used, cpu, stopped and sol.work_used < work
-    )
+    guarded = stopped and (work is None or sol.work_used < work)
+    return Run(sol.status.value, overhead, sol.gap, float(sol.work_used), cpu, bool(guarded))
 
 
 @dataclass(frozen=True)
@@ -195,7 +200,9 @@ def scaled(block_source: Profile, L: int) -> Profile:
     return block_source.replace_layers(body)
 
 
-def scale_rows(source: Profile, sizes=SCALE_L, fractions=(0.5, 0.3), work=WORK):
+def scale_rows(
+    source: Profile, sizes=SCALE_L, fractions=(0.5, 0.3), methods=("remat-dp", "pooch"), work=WORK
+):
     """(L, fraction, method, variant) -> Run on the repeated chains."""
     out = {}
     for L in sizes:
@@ -203,9 +210,22 @@ def scale_rows(source: Profile, sizes=SCALE_L, fractions=(0.5, 0.3), work=WORK):
         bare = whole(profile)
         for f in fractions:
             budget = budget_from_fraction(bare, f)
-            for method in METHODS:
+            for method in methods:
                 out[(L, f, method, "menus")] = run(profile, budget, method, work)
                 out[(L, f, method, "whole")] = run(bare, budget, method, work)
+    return out
+
+
+def gpt48_rows(source: Profile, fractions=FRACTIONS, seconds: float = 5.0) -> dict:
+    """Target (d): `blocks` on GPT-2's traced block repeated 48 times (embedding and head
+    kept), menus and whole, under the target's time limit (no work limit)."""
+    profile = scaled(source, 50)
+    bare = whole(profile)
+    out = {}
+    for f in fractions:
+        budget = budget_from_fraction(bare, f)
+        for variant, prof in (("menus", profile), ("whole", bare)):
+            out[(f, variant)] = run(prof, budget, "blocks", None, seconds)
     return out
 
 
@@ -219,9 +239,10 @@ def main(argv: list[str] | None = None) -> int:
     start = time.process_time()
     rows = [model_row(n, p, s, work=args.work) for n, p, s in traced(args.retrace)]
     gpt2 = next(p for n, p, _ in traced(False) if n.startswith("gpt2-b8"))
-    scale = scale_rows(gpt2, work=args.work)
+    scale = scale_rows(gpt2, methods=("remat-dp", "pooch"), work=args.work)
+    gpt48 = gpt48_rows(gpt2)
     curves = figure(rows, {n: p for n, p, _ in traced(False)}, FIGURE, args.work)
-    text = render(rows, scale, curves, args.work, time.process_time() - start)
+    text = render(rows, scale, curves, args.work, time.process_time() - start, gpt48)
     (RESULTS / "selective.md").write_text(text)
     print(text)
     return 0

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from experiments.selective import CACHE, model_row, scale_rows, scaled, whole
+from experiments.selective import CACHE, METHODS, model_row, scale_rows, scaled, whole
 from experiments.selective_report import render
 from planopt import load_profile, min_budget
 
@@ -52,7 +52,7 @@ def test_menus_never_worsen_remat_dp_at_the_same_budget(row):
 
 def test_rows_and_report_are_produced(row, tiny):
     assert set(row.runs) == {
-        (f, m, v) for f in FRACTIONS for m in ("remat-dp", "pooch") for v in ("menus", "whole")
+        (f, m, v) for f in FRACTIONS for m in METHODS for v in ("menus", "whole")
     }
     assert all(math.isfinite(r.work) and r.work <= 5.0 + 1e-9 for r in row.runs.values())
     scale = scale_rows(load_profile(SOURCE), sizes=(8,), fractions=(0.7,), work=1.0)
