@@ -37,7 +37,9 @@ class Traced:
     seq: int | None
     gpu: str
 
-    def profile(self) -> Profile:
+    def profile(self, menus: bool = False) -> Profile:
+        """The traced profile; `menus=True` adds each block's menu (a /3 profile), the
+        bundled files stay whole-block /2 (`experiments/selective.py` traces both)."""
         built = build_fake(self.model, self.batch, self.seq)
         return trace_profile(
             built.chain,
@@ -46,7 +48,7 @@ class Traced:
             gpu=gpu(self.gpu),
             autocast=torch.float16,
             name=self.name,
-            menus=False,  # the bundled files stay whole-block /2 profiles
+            menus=menus,
         )
 
 
