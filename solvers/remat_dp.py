@@ -133,7 +133,10 @@ def _solve_menus(problem: Problem) -> SolverOutput:
             return SolverOutput(
                 None,
                 Status.TIMEOUT,
-                message="remat-dp: the limit came before the search over menus ended",
+                message=(
+                    "remat-dp: the limit (work, time, or the label cap of "
+                    "solvers.remat.menu_search) came before the search over menus ended"
+                ),
                 stopped=True,
             )
         return SolverOutput(

@@ -223,3 +223,22 @@ def test_the_lagrangian_bound_is_below_every_fitting_completion(profile, pick):
             assert low <= seconds[x] + bound.margin, (k, a, held)
             top = kept[x + 1] if x + 1 < len(kept) else (n, 0)
             held += chain.segment(k, a, top[0] - 1, top[1])[1]
+
+
+def test_the_label_cap_stops_the_search_with_a_plan_and_a_valid_bound(monkeypatch):
+    """Memory is bounded by a count of labels held (MAX_LABELS), not only by work: under a
+    small cap the search stops like a work limit stops it, keeping the start and a bound."""
+    from solvers.remat import menu_search
+
+    profile = with_menus(random_v2_chain(5, 60, 60), 5)
+    whole = profile.replace_layers([dataclasses.replace(x, options=()) for x in profile.layers])
+    budget = (planopt.min_budget(profile) + keep_all_peak(profile)) // 2
+    start = planopt.solve(whole, budget, "remat-dp")
+    full = planopt.solve(profile, budget, "remat-dp")
+    assert full.status is Status.OPTIMAL
+    monkeypatch.setattr(menu_search, "MAX_LABELS", 50)
+    cut = planopt.solve(profile, budget, "remat-dp")
+    assert cut.status is Status.FEASIBLE and cut.plan is not None  # stopped, not proven
+    assert cut.schedule.peak_bytes <= budget
+    assert cut.schedule.makespan <= start.schedule.makespan * (1 + 1e-12)
+    assert cut.lower_bound <= full.schedule.makespan * (1 + 1e-12)

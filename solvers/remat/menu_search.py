@@ -45,6 +45,15 @@ edge pass, 1e-7 s per label made, 1e-6 s per edge tried from an expanded
 node, 1e-8 s per (edge, price) of the bound: the `*_WORK` constants.
 Charged node by node, so a work limit stops the search at the same node
 on any machine. Before, the labels were not charged at all.
+
+NOTE (memory). Every expanded front is kept (the plan is read back through
+it) and every label made waits in its target's pending list, so memory
+grows with the labels, faster than the work charged for them: on GPT-2's
+traced block repeated to 256 layers the search reached 7.5 GB within 20
+work units. `MAX_LABELS` caps the labels held (about 64 bytes each, fronts
+and pending together: ~1.3 GB): past it the search stops as a work limit
+stops it, with its best plan (or the incumbent) and a valid bound. A count,
+not a measurement, so the stop falls at the same node on any machine.
 """
 
 from __future__ import annotations
@@ -65,6 +74,7 @@ SEGMENT_WORK = 1e-7  # work units per segment cost computed (`MenuEdges.tried`)
 BOUND_WORK = 1e-8  # work units per (edge, price) of the Lagrangian bound
 OPEN = 1 << 62  # no limit on H from this edge
 REFINE = 2  # rounds of the bound at the least H of each edge's suffix (pruning 6)
+MAX_LABELS = 20_000_000  # labels held at once, fronts and pending (module NOTE, memory)
 
 
 def solve_menus(
@@ -107,11 +117,13 @@ def solve_menus(
     pending[0].append((np.zeros(1, np.int64), np.zeros(1), -1, np.zeros(1, np.int64)))
     fronts: dict[int, tuple] = {}
     best: tuple | None = None  # (seconds, H, node index, position)
+    held_labels = 1  # labels in `fronts` and `pending` (MAX_LABELS)
     for x in range(len(order)):
         if not pending[x]:
             continue
-        if expired():
+        if expired() or held_labels > MAX_LABELS:
             return _stopped(chain, best, incumbent, lower, order, fronts)
+        held_labels -= sum(len(piece[0]) for piece in pending[x])
         front = _pareto(pending[x])
         pending[x] = []
         slack = 1e-9 * (1.0 + abs(best_seconds)) if best_seconds < math.inf else 0.0
@@ -122,6 +134,7 @@ def solve_menus(
                 if not len(front[0]):
                     continue
         fronts[x] = front
+        held_labels += len(front[0])
         held_h, seconds = front[0], front[1]
         target, top_h, held, extra, after, _cost = tables[x]
         # (a) H-side prunings: a prefix of the front (H ascending)
@@ -146,6 +159,7 @@ def solve_menus(
         charge(made * LABEL_WORK + len(target) * EDGE_WORK)
         if not made:
             continue
+        held_labels += made
         final = (target < 0) & (count > 0)
         if final.any():  # completions: the fastest of each edge is its last label
             last = stop[final] - 1
