@@ -51,7 +51,8 @@ it) and every label made waits in its target's pending list, so memory
 grows with the labels, faster than the work charged for them: on GPT-2's
 traced block repeated to 256 layers the search reached 7.5 GB within 20
 work units. `MAX_LABELS` caps the labels held (about 64 bytes each, fronts
-and pending together: ~1.3 GB): past it the search stops as a work limit
+and pending together: ~1.3 GB; a pending piece counts `PIECE_LABELS` more
+for its arrays' own overhead): past it the search stops as a work limit
 stops it, with its best plan (or the incumbent) and a valid bound. A count,
 not a measurement, so the stop falls at the same node on any machine.
 """
@@ -75,6 +76,7 @@ BOUND_WORK = 1e-8  # work units per (edge, price) of the Lagrangian bound
 OPEN = 1 << 62  # no limit on H from this edge
 REFINE = 2  # rounds of the bound at the least H of each edge's suffix (pruning 6)
 MAX_LABELS = 20_000_000  # labels held at once, fronts and pending (module NOTE, memory)
+PIECE_LABELS = 8  # a pending piece's own cost in labels (four small arrays and a tuple)
 
 
 def solve_menus(
@@ -117,13 +119,13 @@ def solve_menus(
     pending[0].append((np.zeros(1, np.int64), np.zeros(1), -1, np.zeros(1, np.int64)))
     fronts: dict[int, tuple] = {}
     best: tuple | None = None  # (seconds, H, node index, position)
-    held_labels = 1  # labels in `fronts` and `pending` (MAX_LABELS)
+    held_labels = 1 + PIECE_LABELS  # labels in `fronts` and `pending` (MAX_LABELS)
     for x in range(len(order)):
         if not pending[x]:
             continue
         if expired() or held_labels > MAX_LABELS:
             return _stopped(chain, best, incumbent, lower, order, fronts)
-        held_labels -= sum(len(piece[0]) for piece in pending[x])
+        held_labels -= sum(len(piece[0]) + PIECE_LABELS for piece in pending[x])
         front = _pareto(pending[x])
         pending[x] = []
         slack = 1e-9 * (1.0 + abs(best_seconds)) if best_seconds < math.inf else 0.0
@@ -159,7 +161,7 @@ def solve_menus(
         charge(made * LABEL_WORK + len(target) * EDGE_WORK)
         if not made:
             continue
-        held_labels += made
+        held_labels += made + PIECE_LABELS * int(np.count_nonzero((target >= 0) & (count > 0)))
         final = (target < 0) & (count > 0)
         if final.any():  # completions: the fastest of each edge is its last label
             last = stop[final] - 1
