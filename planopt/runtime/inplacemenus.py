@@ -20,7 +20,6 @@ left as found (RNG, buffers, gradients).
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from typing import Any
 
 import torch
@@ -28,11 +27,12 @@ from torch import nn
 
 from planopt.profile import Profile
 from planopt.runtime.checkpointing import OPTION_EARLY_STOP
+from planopt.runtime.menus import class_front
 from planopt.runtime.modelblocks import ModelBlocks
 from planopt.runtime.opprofile import OpProfile, trace_block
 from planopt.runtime.regions import Batch, UseCacheOff, batch_tensors, call_model
 from planopt.runtime.training import restored
-from planopt.sacmenu import MenuEntry, MenuError, layer_options, thin
+from planopt.sacmenu import MenuEntry, MenuError, layer_options
 
 
 class _Stop(Exception):
@@ -94,12 +94,7 @@ def block_menus(
             key = layer.signature or f"#{r}"
             if key not in fronts:
                 ops = block_trace(model, batch, block, timer=timer, repeats=repeats)
-                try:
-                    menu = ops.menu(early_stop)
-                except MenuError as error:  # a group too large to enumerate exactly
-                    warnings.warn(f"{blocks.names[r - 1]}: no menu ({error})", stacklevel=2)
-                    menu = ()
-                fronts[key] = menu if size is None else thin(menu, size)
+                fronts[key] = class_front(ops, early_stop, size, blocks.names[r - 1])
             layers[r] = dataclasses.replace(
                 layer, options=layer_options(fronts[key], below=layer.saved_bytes)
             )

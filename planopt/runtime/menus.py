@@ -74,12 +74,7 @@ def add_menus(
                     repeats=repeats,
                     timer=timer,
                 )
-                try:
-                    menu = ops.menu(early_stop)
-                except MenuError as error:  # a group too large to enumerate exactly
-                    warnings.warn(f"{layer.name}: no menu ({error})", stacklevel=2)
-                    menu = ()
-                fronts[key] = menu if size is None else thin(menu, size)
+                fronts[key] = class_front(ops, early_stop, size, layer.name)
             layers[i] = dataclasses.replace(
                 layer, options=layer_options(fronts[key], below=layer.saved_bytes)
             )
@@ -93,3 +88,15 @@ def add_menus(
         f"{'all of it' if size is None else f'at most {size} entries'} per layer."
     )
     return dataclasses.replace(prof, layers=tuple(layers), source=prof.source + note)
+
+
+def class_front(ops, early_stop: bool, size: int | None, name: str) -> tuple[MenuEntry, ...]:
+    """A layer class's menu from its operator trace (`OpProfile`), thinned to `size`
+    entries; empty, with a warning naming the layer, when a group of operators is too
+    large to enumerate exactly. One place for both profilers (chains, models in place)."""
+    try:
+        menu = ops.menu(early_stop)
+    except MenuError as error:
+        warnings.warn(f"{name}: no menu ({error})", stacklevel=3)
+        menu = ()
+    return tuple(menu) if size is None else thin(menu, size)
