@@ -180,6 +180,8 @@ def overlap(device: torch.device, size: int, n: int, count: int, engine: bool) -
         stream = timer.stream()
         timer.sync()
         start = timer.mark()
+        if timer.cuda:
+            stream.wait_event(start)
         with timer.on(stream):  # enqueued first, on its own stream: free to run beside
             dst.copy_(src, non_blocking=True)
             copied = timer.mark(stream)

@@ -63,6 +63,7 @@ GRACE = 45.0  # seconds a part may overrun its share before it is interrupted
 WATCHDOG = 75.0  # seconds after the budget at which the process ends, whatever it does
 # Shares of the budget, in priority order (unused time passes to the next part).
 SHARES = {"link": 0.06, "reference": 0.38, "time": 0.0, "roofline": 0.06, "hf": 0.38}
+PARTS = (*SHARES, "vs_torch")
 FILES = {
     "link": "link.md",
     "memory": "fidelity_memory_gpu.md",
@@ -157,6 +158,9 @@ class Run:
         part_end = begun + allowance
         record = {"status": "ok", "seconds": 0.0, "allowance": round(allowance, 1)}
         self.parts[name] = record
+        if name not in self.args.parts:
+            record["status"] = "skipped: not asked (--parts)"
+            return
         if self.left() <= 1:
             record["status"] = "skipped: no time left"
             self.log(f"part {name}: skipped, no time left")
@@ -349,6 +353,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="tiny sizes (the smoke run)")
     parser.add_argument("--models", nargs="+", default=None, help="e.g. mlp gpt hf-gpt2")
     parser.add_argument("--vs-models", nargs="+", default=None, choices=gpu_vs_torch.MODELS)
+    parser.add_argument(
+        "--parts", nargs="+", default=list(PARTS), choices=PARTS, help="default: all, in order"
+    )
     parser.add_argument("--random", type=int, default=10, help="random plans per model")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)

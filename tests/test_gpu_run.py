@@ -126,7 +126,10 @@ def test_a_part_that_fails_or_overruns_is_recorded_and_the_next_runs(tmp_path, m
     from experiments import gpu_run
 
     monkeypatch.setattr(gpu_run, "GRACE", 0.05)
-    args = argparse.Namespace(out=str(tmp_path), budget_seconds=60.0, argv=[], tiny=True, seed=0)
+    parts = ("first", "second", "third")
+    args = argparse.Namespace(
+        out=str(tmp_path), budget_seconds=60.0, argv=[], tiny=True, seed=0, parts=parts
+    )
     run = gpu_run.Run(args, __import__("torch").device("cpu"))
 
     def fails(left):
