@@ -60,7 +60,7 @@ from planopt.registry import missing_modules
 
 MIP_PACKAGES = ("ortools", "pulp", "highspy")
 GRACE = 45.0  # seconds a part may overrun its share before it is interrupted
-WATCHDOG = 75.0  # seconds after the budget at which the process ends, whatever it does
+WATCHDOG = 60.0  # seconds after the budget at which the process ends, whatever it does
 # Shares of the budget, in priority order (unused time passes to the next part).
 SHARES = {"link": 0.06, "reference": 0.38, "time": 0.0, "roofline": 0.06, "hf": 0.38}
 PARTS = (*SHARES, "vs_torch")

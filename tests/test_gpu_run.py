@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("torch")
-pytestmark = [pytest.mark.torch, pytest.mark.slow]
+pytestmark = pytest.mark.torch
 
 REPO = Path(__file__).resolve().parent.parent
 BLOCKED = ("ortools", "pulp", "highspy")
@@ -76,6 +76,7 @@ def test_the_blocked_packages_are_absent_in_the_child():
     assert {"exact", "blocks", "lns", "auto", "lower-bound"} <= set(unavailable)
 
 
+@pytest.mark.slow
 def test_smoke_run_writes_every_table_without_the_mip_packages(tmp_path):
     out = tmp_path / "out"
     args = ["--device", "cpu", "--tiny", "--out", str(out)]
@@ -111,6 +112,7 @@ def test_smoke_run_writes_every_table_without_the_mip_packages(tmp_path):
     assert any("S" in r["actions"] for r in measured) and any("R" in r["actions"] for r in rows)
 
 
+@pytest.mark.slow
 def test_a_run_out_of_time_still_writes_its_files(tmp_path):
     out = tmp_path / "out"
     proc = run_blocked("--device", "cpu", "--tiny", "--out", str(out), "--budget-seconds", "1")
@@ -148,3 +150,20 @@ def test_a_part_that_fails_or_overruns_is_recorded_and_the_next_runs(tmp_path, m
     assert "ValueError: broken part" in run.parts["second"]["traceback"]
     assert run.parts["third"]["status"] == "ok" and ran == [True]
     assert "part second failed" in (tmp_path / "log.txt").read_text()
+
+
+@pytest.mark.parametrize(
+    ("torch_name", "record"),
+    [
+        ("NVIDIA H100 80GB HBM3", "h100-sxm"),  # what the device tool's H100 reports
+        ("NVIDIA H100 PCIe", "h100-pcie5"),
+        ("NVIDIA H200", "h200-sxm"),
+        ("NVIDIA A10G", "h100-sxm"),  # no record: a stand-in, said so
+    ],
+)
+def test_the_gpu_record_is_found_by_the_name_torch_reports(torch_name, record):
+    from experiments.gpu_models import gpu_record
+
+    found, how = gpu_record(torch_name)
+    assert found.name == record
+    assert ("stand-in" in how) == (torch_name == "NVIDIA A10G")
