@@ -30,6 +30,7 @@ import torch
 
 import planopt
 from experiments import vs_torch_methods as vm
+from experiments.gpu_fidelity import free_device
 from experiments.gpu_link import Timer
 from experiments.vs_torch import _live_peak
 from experiments.vs_torch_models import MODELS, Bench, build
@@ -140,17 +141,20 @@ def run_model(name: str, s: VsSettings, out: list[VsRow]) -> None:
             out.append(VsRow(name, label, note="skipped: deadline"))
             continue
         row = VsRow(name, label)
+        free_device(s.device)  # the last method's model is gone before this one's peak
         try:
             bench = _moved(build(name, s.seed, scale), s.device)
             measure(row, make(bench), bench, s.device, s.steps)
         except Exception as exc:  # a baseline's failure is a result
             row.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
             s.log(traceback.format_exc())
+        bench = None
         out.append(row)
         s.log(f"    {name} {label}: {_show(row)}")
     if s.left() < 10:
         out.append(VsRow(name, "planopt", note="skipped: deadline"))
         return
+    free_device(s.device)
     bench = _moved(build(name, s.seed, scale), s.device)
     try:
         inplace = profile_in_place(
