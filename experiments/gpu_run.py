@@ -238,6 +238,9 @@ def _models_part(run: Run, models, iterations: int, roofline: bool):
                 info = fid.run_model(
                     model, s, run.rows, lambda p, m=model: run.profiles.__setitem__(m.key, (m, p))
                 )
+            except PartTimeout:  # the part's alarm: the model is listed, the part ends
+                run.infos.append(fid.ModelInfo(model.key, model.config, error="interrupted"))
+                raise
             except Exception as exc:  # the model's failure is a row; the next model runs
                 info = fid.ModelInfo(model.key, model.config, error=f"{type(exc).__name__}: {exc}")
                 run.log(traceback.format_exc())
@@ -254,9 +257,9 @@ def _write_fidelity(run: Run) -> None:
     head = run.head()
     fails = run.failures("reference", "hf")
     extra = ["", "## Failed", ""] + [f"- {f}" for f in fails] if fails else []
-    memory = gpu_report.render_memory(run.infos, run.rows, head)
-    run.write("memory", memory + "\n".join(extra) + ("\n" if extra else ""))
-    run.write("time", gpu_report.render_time(run.infos, run.rows, head))
+    tail = "\n".join(extra) + ("\n" if extra else "")
+    run.write("memory", gpu_report.render_memory(run.infos, run.rows, head) + tail)
+    run.write("time", gpu_report.render_time(run.infos, run.rows, head) + tail)
     run.save_json()
 
 
@@ -385,8 +388,11 @@ def main(argv: list[str] | None = None) -> int:
     run.part("roofline", _roofline_part(run), SHARES["roofline"])
     run.part("hf", _models_part(run, hf_models(tiny, args.seed), hf_iters, True), SHARES["hf"])
     run.part("vs_torch", _vs_torch_part(run), 1.0)
-    _write_fidelity(run)
-    _write_roofline(run)
+    try:  # the tables again, with every part's outcome in their headers
+        _write_fidelity(run)
+        _write_roofline(run)
+    except Exception:
+        run.log(f"final tables not rewritten:\n{traceback.format_exc()}")
     run.log(f"gpu_run: done in {time.monotonic() - run.started:.0f} s; files in {run.out}")
     run.save_json()
     return 0
