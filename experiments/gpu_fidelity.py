@@ -160,7 +160,7 @@ def _error_text(exc: BaseException) -> str:
 
 
 def _is_oom(exc: BaseException) -> bool:
-    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc)
+    return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc)
 
 
 def free_device(device: torch.device) -> None:

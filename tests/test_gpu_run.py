@@ -167,3 +167,26 @@ def test_the_gpu_record_is_found_by_the_name_torch_reports(torch_name, record):
     found, how = gpu_record(torch_name)
     assert found.name == record
     assert ("stand-in" in how) == (torch_name == "NVIDIA A10G")
+
+
+def test_hf_checkpointing_uses_the_older_name_where_transformers_has_only_it():
+    # transformers 5.17 (the GPU machine's) has gradient_checkpointing_enable(every_n_layers=,
+    # offload=) only; 5.24 renamed it activation_checkpointing_enable
+    import torch
+
+    from experiments import vs_torch_methods as vm
+    from experiments.vs_torch_models import Bench
+
+    class Older(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: list[dict] = []
+
+        def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None, **kwargs):
+            self.calls.append(kwargs)
+
+    model = Older()
+    bench = Bench("older", model, {}, None, True, "")
+    method = vm.hf_checkpointing(bench, 2)
+    assert model.calls == [{"every_n_layers": 2, "offload": False}]
+    assert method.name == "HF checkpointing (every_n_layers=2)"
