@@ -27,11 +27,12 @@ import contextlib
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import torch
 
 from planopt.hardware import GB, GPU, TFLOP
+from planopt.profile import Device
 from planopt.runtime.link import measure_cuda_link
 from planopt.runtime.storage import byte_view
 from planopt.runtime.swap import CudaCopies
@@ -277,8 +278,27 @@ def run(device: torch.device, tiny: bool, log: Callable[[str], None]) -> LinkRes
     return result
 
 
-def as_dict(result: LinkResult) -> dict:
-    return asdict(result)
+def profile_link(result: LinkResult, record: GPU) -> Device:
+    """The link every profile of the run gets: `measure_cuda_link`'s fit, else the
+    sweep's largest pinned copies, else the record's (so that no profile depends on
+    `measure_cuda_link` working)."""
+    if result.fit:
+        f = result.fit
+        return Device(f["name"], f["h2d_gbps"] * GB, f["d2h_gbps"] * GB, f["latency_us"] * 1e-6)
+    pinned = [r for r in result.sweep if r["pinned"]]
+    if pinned:
+        top = max(r["size"] for r in pinned)
+        bw = {r["direction"]: r["gbps"] * GB for r in pinned if r["size"] == top}
+        low = min(r["size"] for r in pinned)
+        latency = min(r["seconds"] for r in pinned if r["size"] == low)
+        if "h2d" in bw and "d2h" in bw:
+            return Device("sweep's largest pinned copies", bw["h2d"], bw["d2h"], latency)
+    return Device(f"{record.name} record (the link was not measured)", *_record_link(record))
+
+
+def _record_link(record: GPU) -> tuple[float, float, float]:
+    d = record.device()
+    return d.h2d_bandwidth, d.d2h_bandwidth, d.transfer_latency
 
 
 def render(result: LinkResult, record: GPU, head: str) -> str:

@@ -283,11 +283,9 @@ def _link_part(run: Run) -> Callable:
     def part(left: Callable[[], float]) -> None:
         result = gpu_link.run(run.device, run.args.tiny, run.log)
         run.link_result = result
-        if result.fit:
-            f = result.fit
-            run.link = planopt.Device(
-                f["name"], f["h2d_gbps"] * 1e9, f["d2h_gbps"] * 1e9, f["latency_us"] * 1e-6
-            )
+        if run.device.type == "cuda":
+            run.link = gpu_link.profile_link(result, run.record)
+            run.log(f"  link for the profiles: {run.link}")
         run.write("link", gpu_link.render(result, run.record, " ".join(run.head())))
 
     return part

@@ -190,3 +190,23 @@ def test_hf_checkpointing_uses_the_older_name_where_transformers_has_only_it():
     method = vm.hf_checkpointing(bench, 2)
     assert model.calls == [{"every_n_layers": 2, "offload": False}]
     assert method.name == "HF checkpointing (every_n_layers=2)"
+
+
+def test_the_profiles_link_does_not_depend_on_measure_cuda_link_working():
+    from experiments.gpu_link import LinkResult, profile_link
+    from planopt.hardware import H100_SXM
+
+    fit = {"name": "fit", "h2d_gbps": 40.0, "d2h_gbps": 45.0, "latency_us": 8.0}
+    got = profile_link(LinkResult(fit=fit), H100_SXM)
+    assert (got.h2d_bandwidth, got.d2h_bandwidth, got.transfer_latency) == (40e9, 45e9, 8e-6)
+    sweep = [
+        dict(size=2**20, direction=d, seconds=1e-4, pinned=True, gbps=10.0) for d in ("h2d", "d2h")
+    ] + [
+        dict(size=2**30, direction="h2d", seconds=0.03, pinned=True, gbps=35.0),
+        dict(size=2**30, direction="d2h", seconds=0.03, pinned=True, gbps=36.0),
+        dict(size=2**26, direction="h2d", seconds=1.0, pinned=False, gbps=1.0),
+    ]
+    got = profile_link(LinkResult(sweep=sweep, errors=["measure_cuda_link: failed"]), H100_SXM)
+    assert (got.h2d_bandwidth, got.d2h_bandwidth, got.transfer_latency) == (35e9, 36e9, 1e-4)
+    got = profile_link(LinkResult(), H100_SXM)
+    assert got.h2d_bandwidth == H100_SXM.link_bandwidth and "not measured" in got.name
