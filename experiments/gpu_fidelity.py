@@ -27,6 +27,7 @@ the model's share of the run is listed as skipped, never started.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import math
@@ -164,12 +165,20 @@ def _is_oom(exc: BaseException) -> bool:
 
 
 def free_device(device: torch.device) -> None:
-    """Drop what the last model left (collected garbage, the allocator's cached blocks)."""
+    """Drop what the last model left: garbage, the allocator's cached blocks, and the
+    pinned host blocks torch caches after a swap's buffers are freed (tens of GB after
+    a large model's swap plans; a private API whose name varies: best effort)."""
     gc.collect()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
+        for name in ("_host_emptyCache", "_accelerator_emptyHostCache"):
+            empty_host = getattr(torch._C, name, None)
+            if empty_host is not None:
+                with contextlib.suppress(Exception):
+                    empty_host()
+                break
 
 
 def profile_model(chain, batch, loss_fn, s: Settings, name: str) -> tuple[Profile, str]:
