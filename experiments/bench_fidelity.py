@@ -28,8 +28,8 @@ place between steps (the profiler's default). A second table runs the
 same kinds of plans (fewer random ones) with gradients set to None between
 steps, where the model over-predicts; it names the tensors that cause the
 gap, and a last section shows what a signed backward scratch would close. On a CUDA machine
-`python -m experiments.gpu_study` writes the same comparison against the
-caching allocator.
+`python -m experiments.gpu_run` writes the same comparison against the
+caching allocator (`results/gpu/fidelity_memory_gpu.md`).
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@
     python -m experiments.bench_fidelity_time                # results/fidelity_time.md
     python -m experiments.bench_fidelity_time --device cuda  # results/fidelity_time_gpu.md
 
+(on a GPU session, `python -m experiments.gpu_run` writes the time table
+with the others, under a deadline: results/gpu/fidelity_time_gpu.md)
+
 (each with a .json beside it and a figure under figures/).
 
 For every reference model (`planopt.runtime.models`, `small` on CPU), with

@@ -98,7 +98,11 @@ def hf_checkpointing(bench: Bench, every_n: int = 1, offload: bool = False) -> M
     label = "full" if every_n == 1 else f"every_n_layers={every_n}"
     label += ", offload=True" if offload else ""
     if bench.hf:
-        bench.model.activation_checkpointing_enable(every_n_layers=every_n, offload=offload)
+        # transformers 5.24 renamed `gradient_checkpointing_enable` (same options, as
+        # 5.17 has it: the GPU machine's version) and keeps the old name as an alias
+        enable = getattr(bench.model, "activation_checkpointing_enable", None)
+        enable = enable or bench.model.gradient_checkpointing_enable
+        enable(every_n_layers=every_n, offload=offload)
         return Method(f"HF checkpointing ({label})", "hf", bench.model)
     if offload:
         raise NotImplementedError("offload=True: a transformers API; see the emulated-link row")

@@ -20,6 +20,9 @@ NOTE (sources; dense rates, no sparsity, boost clocks):
   3.35 TB/s. PCIe: fp16/bf16 756, tf32 378, fp32 51 TFLOP/s, HBM2e 2.0 TB/s.
   Host link PCIe Gen5 x16: 64 GB/s raw each way, ~50 GB/s sustained by
   pinned copies.
+- H200 SXM 141GB: NVIDIA H200 Tensor Core GPU datasheet (2024): the H100
+  SXM's compute (fp16/bf16 989.4, tf32 494.7, fp32 67 TFLOP/s dense) with
+  HBM3e at 4.8 TB/s; PCIe Gen5 x16 host link. torch names it "NVIDIA H200".
 - A100 40GB PCIe, A100 80GB PCIe, A100 80GB SXM4: NVIDIA A100 datasheet
   (2020-2021): fp16/bf16 312, tf32 156, fp32 19.5 TFLOP/s; HBM2 1,555 GB/s
   (40GB PCIe), HBM2e 1,935 GB/s (80GB PCIe), 2,039 GB/s (80GB SXM4). Host
@@ -127,6 +130,16 @@ H100_SXM = GPU(
     50 * GB,
     80 * GIB,
 )
+H200_SXM = GPU(
+    "h200-sxm",
+    "NVIDIA H200 141GB SXM on PCIe Gen5 x16",
+    _tensor(989.4, 494.7),
+    67 * TFLOP,
+    4800 * GB,
+    50 * GB,
+    141 * GIB,
+    aliases=("h200",),
+)
 H100_PCIE5 = GPU(
     "h100-pcie5",
     "NVIDIA H100 80GB PCIe on PCIe Gen5 x16",
@@ -186,7 +199,16 @@ RTX_4090 = GPU(
 
 GPUS: dict[str, GPU] = {
     gpu.name: gpu
-    for gpu in (H100_SXM, H100_PCIE5, A100_PCIE4, A100_80GB_PCIE, A100_80GB_SXM, L4, RTX_4090)
+    for gpu in (
+        H100_SXM,
+        H200_SXM,
+        H100_PCIE5,
+        A100_PCIE4,
+        A100_80GB_PCIE,
+        A100_80GB_SXM,
+        L4,
+        RTX_4090,
+    )
 }
 
 

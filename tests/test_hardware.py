@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from planopt.errors import PlanoptError
-from planopt.hardware import A100_PCIE4, GPUS, H100_PCIE5, H100_SXM, L4, RTX_4090, gpu
+from planopt.hardware import (
+    A100_PCIE4,
+    GPUS,
+    H100_PCIE5,
+    H100_SXM,
+    H200_SXM,
+    L4,
+    RTX_4090,
+    gpu,
+)
 from planopt.zoo import ops
 from planopt.zoo.tensors import Tensor, gemm
 
@@ -53,6 +62,13 @@ def test_the_catalogue_states_datasheet_numbers():
         dev = record.device()
         assert dev.h2d_bandwidth == dev.d2h_bandwidth == record.link_bandwidth
         assert record.description and record.memory_bytes > 0
+
+
+def test_the_h200_is_the_h100_sxm_compute_with_hbm3e():
+    # the device tool lends H200s: the GPU run (experiments/gpu_run.py) compares against it
+    assert gpu("h200") is H200_SXM and H200_SXM.tensor_flops == H100_SXM.tensor_flops
+    assert (H200_SXM.memory_bandwidth, H200_SXM.vector_flops) == (4800e9, 67e12)
+    assert H200_SXM.memory_bytes == 141 * 2**30
 
 
 def test_names_and_aliases_resolve_and_bad_input_is_named():

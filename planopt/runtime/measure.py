@@ -4,7 +4,8 @@
 backward; no optimizer step) under the plan:
 
 * step time: the median of `iterations` steps after `warmup` ones
-  (`time.perf_counter`, with `torch.cuda.synchronize` around a CUDA step);
+  (`time.perf_counter`; on CUDA, events on the compute stream, recorded
+  once the device is idle and after the step's copies have ended);
 * peak memory, from outside the executor: `torch.cuda.max_memory_allocated`
   over the timed steps on a GPU (reserved bytes beside it); elsewhere the
   live-storage tracker (`planopt.runtime.tracker.LiveMemory`) over one more
@@ -64,14 +65,26 @@ class Measurement:
 
 
 def _timed(device: torch.device, fn: Callable[[], torch.Tensor]) -> tuple[float, torch.Tensor]:
-    cuda = device.type == "cuda"
-    if cuda:
-        torch.cuda.synchronize(device)
-    start = time.perf_counter()
+    """Seconds of `fn()`: CUDA events on a GPU, `time.perf_counter` elsewhere.
+
+    On CUDA the device is idle when the start event is recorded, and `fn`
+    returns only after the copy streams are done (`Executor.synchronize`),
+    so the end event, recorded on the compute stream after it, marks the
+    end of the step's last kernel and of its last copy.
+    """
+    if device.type != "cuda":
+        start = time.perf_counter()
+        out = fn()
+        return time.perf_counter() - start, out
+    torch.cuda.synchronize(device)
+    stream = torch.cuda.current_stream(device)
+    start_event = torch.cuda.Event(enable_timing=True)
+    end_event = torch.cuda.Event(enable_timing=True)
+    start_event.record(stream)
     out = fn()
-    if cuda:
-        torch.cuda.synchronize(device)
-    return time.perf_counter() - start, out
+    end_event.record(stream)
+    end_event.synchronize()
+    return start_event.elapsed_time(end_event) / 1000.0, out
 
 
 def _device(chain: Chain, x: torch.Tensor, device: torch.device | str | None) -> torch.device:
