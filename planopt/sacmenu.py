@@ -33,6 +33,31 @@ its group is dominated in every combination). Random operators add one
 coupling: a replayed random operator must draw what it drew in the forward,
 so if one is saved every later one before `cut` is saved too; the front is
 the Pareto union over where that suffix of saved random operators starts.
+
+NOTE (memory): a policy also changes what the block holds while its forward
+and its replay run. Given when the block's own code releases each storage it
+makes (`Lifetime`, from `planopt.runtime.liveness`), `policy_memory` gives,
+measured after each operator as the live-storage tracker does:
+
+* the plain forward's peak: a storage lives from its operator to its
+  release, or to the forward's end if autograd saves it;
+* the checkpointed forward's peak under `S`: to its release, or to the end
+  if SAC caches it (autograd keeps only placeholders);
+* the replay's peak (operators before `cut`): a cached storage from the
+  replay's start (the cache holds it) to its last cached operator, a saved
+  one from its operator to the replay's end, the rest to their release.
+
+Cost model v3 holds `s_i` (plus `F_i`'s scratch) through `F_i` and
+`s_i + w_k` through `R_i`. So an entry's `regen_work_bytes` `w_k` is the
+replay's peak beyond `s_i` (the replay's temporaries: a saved operator in
+the middle of an elementwise chain makes the replay run the chain's unsaved
+temporaries, GPT-2's gelu_new), and a policy whose checkpointed forward
+holds more than the plain forward (it caches storages autograd does not
+save, alive past their release) is one v3 cannot describe: it is left out.
+Policies caching only storages autograd saves never are (their forward holds
+a subset of the plain one's storages at every operator), so the menu is the
+Pareto front of the exact front's entries that fit and of the exact front
+over those policies.
 """
 
 from __future__ import annotations
@@ -68,11 +93,46 @@ class MenuOp:
 
 @dataclass(frozen=True, slots=True)
 class MenuEntry:
-    """One point of the front: keep `saved_bytes`, replay `recompute` s; `policy`: saved ops."""
+    """One point of the front: keep `saved_bytes`, replay `recompute` s; `policy`: saved ops;
+    `regen_work_bytes`: what the replay holds beyond the layer's internals (module NOTE)."""
 
     saved_bytes: int
     recompute: float
     policy: tuple[int, ...]
+    regen_work_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Lifetime:
+    """A storage the block's forward made: `nbytes`, made by operator `born`, released by
+    the block's own code when `dies` operators have run (`planopt.runtime.liveness`);
+    `storage`: its index among the internal storages (None: the block's output)."""
+
+    nbytes: int
+    born: int
+    dies: int
+    storage: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BlockMemory:
+    """What pricing a policy's memory needs: every storage's lifetime, the internal
+    storages autograd saves (`saved`, indices) and their bytes (the layer's s_i)."""
+
+    lifetimes: tuple[Lifetime, ...]
+    saved: frozenset[int]
+    saved_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyMemory:
+    """Peaks, in bytes of storages the block made (module NOTE): `plain` of its forward
+    without checkpointing, `forward` of its checkpointed forward under the policy,
+    `replay` of checkpoint's replay under the policy."""
+
+    plain: int
+    forward: int
+    replay: int
 
 
 def policy_cost(
@@ -84,6 +144,46 @@ def policy_cost(
     h = sum(storage_bytes[s] for s in kept)
     r = sum(op.seconds for j, op in enumerate(ops[:cut]) if j not in saved)
     return h, r
+
+
+def policy_memory(
+    ops: Sequence[MenuOp], memory: BlockMemory, cut: int, policy: Sequence[int]
+) -> PolicyMemory:
+    """The three peaks of saving `policy` (module NOTE on memory), measured after each
+    operator as the live-storage tracker does."""
+    n = len(ops)
+    last: dict[int, int] = {}  # cached storage -> the last policy position naming it
+    for p in policy:
+        for s in ops[p].storages:
+            last[s] = max(last.get(s, p), p)
+    plain, forward, replay = [0] * (n + 1), [0] * (n + 1), [0] * (cut + 1)
+    for m in memory.lifetimes:
+        saved = m.storage in memory.saved
+        cached = m.storage in last
+        _add(plain, m.born, n if saved else m.dies, m.nbytes)
+        _add(forward, m.born, n if cached else m.dies, m.nbytes)
+        end = cut if saved else m.dies
+        if cached:
+            _add(replay, 0, max(last[m.storage] + 1, end), m.nbytes)
+        else:
+            _add(replay, m.born, end, m.nbytes)
+    return PolicyMemory(_peak(plain), _peak(forward), _peak(replay))
+
+
+def _add(levels: list[int], start: int, end: int, nbytes: int) -> None:
+    """`nbytes` alive after operators start .. end-1 (clipped to the array)."""
+    end = min(end, len(levels) - 1)
+    if start < end:
+        levels[start] += nbytes
+        levels[end] -= nbytes
+
+
+def _peak(levels: list[int]) -> int:
+    level = top = 0
+    for change in levels[:-1]:
+        level += change
+        top = max(top, level)
+    return top
 
 
 def _check(ops: Sequence[MenuOp], storage_bytes: Sequence[int], cut: int) -> None:
@@ -192,15 +292,52 @@ def pareto_menu(
     *,
     below: int | None = None,
     fixed: float = 0.0,
+    memory: BlockMemory | None = None,
 ) -> tuple[MenuEntry, ...]:
     """The exact front of `(h, r)` (module doc), `h` ascending; each entry's policy sorted.
 
     `below`: keep only entries holding fewer bytes (the whole layer's
     internals: an entry holding as much is no better than keeping it all).
     `fixed`: seconds every replay spends whatever it saves (added to each `r`).
+    `memory`: the block's storage lifetimes; each entry then gets its
+    `regen_work_bytes`, and policies cost model v3 cannot describe are left
+    out (module NOTE on memory).
     """
     _check(ops, storage_bytes, cut)
     total = sum(op.seconds for op in ops[:cut])
+    points = _front(ops, storage_bytes, cut)
+    if memory is not None:
+        only_saved = [
+            MenuOp(op.seconds, op.storages, op.saveable and set(op.storages) <= memory.saved)
+            if not op.random
+            else op
+            for op in ops
+        ]
+        points = _pareto(
+            [
+                p
+                for p in [*points, *_front(only_saved, storage_bytes, cut)]
+                if _fits(policy_memory(ops, memory, cut, p[2]))
+            ]
+        )
+    entries = []
+    for h, gain, policy in points:
+        if below is not None and h >= below:
+            continue
+        work = 0
+        if memory is not None:
+            work = max(0, policy_memory(ops, memory, cut, policy).replay - memory.saved_bytes)
+        entries.append(MenuEntry(h, fixed + max(0.0, total - gain), tuple(sorted(policy)), work))
+    return tuple(entries)
+
+
+def _fits(peaks: PolicyMemory) -> bool:
+    """The checkpointed forward holds no more than the plain one (v3's `F_i`)."""
+    return peaks.forward <= peaks.plain
+
+
+def _front(ops: Sequence[MenuOp], storage_bytes: Sequence[int], cut: int) -> _Front:
+    """The exact front as (bytes, seconds saved, policy) (module doc)."""
     free = tuple(
         j for j, op in enumerate(ops[:cut]) if op.saveable and not op.storages and not op.random
     )
@@ -218,12 +355,7 @@ def pareto_menu(
         for group in groups:
             front = _combine(front, _group_front(ops, storage_bytes, group, forced_in, forced_out))
         union.extend(front)
-    entries = []
-    for h, gain, policy in _pareto(union):
-        if below is not None and h >= below:
-            continue
-        entries.append(MenuEntry(h, fixed + max(0.0, total - gain), tuple(sorted(policy))))
-    return tuple(entries)
+    return _pareto(union)
 
 
 def thin(menu: Sequence[MenuEntry], size: int) -> tuple[MenuEntry, ...]:
@@ -256,5 +388,6 @@ def layer_options(menu: Sequence[MenuEntry], below: int | None = None) -> tuple[
     """
     kept = [e for e in menu if below is None or e.saved_bytes < below]
     return tuple(
-        LayerOption(f"sac{k}", e.saved_bytes, e.recompute, e.policy) for k, e in enumerate(kept)
+        LayerOption(f"sac{k}", e.saved_bytes, e.recompute, e.policy, e.regen_work_bytes)
+        for k, e in enumerate(kept)
     )

@@ -65,10 +65,11 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.checkpoint import SAC_IGNORED_OPS
 
 from planopt.hardware import GPU
+from planopt.runtime.liveness import storage_deaths
 from planopt.runtime.roofline import op_cost
 from planopt.runtime.storage import plain, storage_key, storage_nbytes
 from planopt.runtime.training import TIMERS
-from planopt.sacmenu import MenuEntry, MenuError, MenuOp, pareto_menu
+from planopt.sacmenu import BlockMemory, Lifetime, MenuEntry, MenuError, MenuOp, pareto_menu
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +96,7 @@ class OpProfile:
     storage_bytes: tuple[int, ...]
     saved: tuple[int, ...]  # internal storages autograd saves: the whole layer's internals
     cut: int
+    lifetimes: tuple[Lifetime, ...] = ()  # every storage the block made (module NOTE)
 
     @property
     def saved_bytes(self) -> int:
@@ -129,7 +131,14 @@ class OpProfile:
             self.replayed(early_stop),
             below=self.saved_bytes,
             fixed=self.overhead(early_stop),
+            memory=self.memory(),
         )
+
+    def memory(self) -> BlockMemory | None:
+        """What the menu needs to price a policy's memory (`sacmenu.BlockMemory`)."""
+        if not self.lifetimes:
+            return None
+        return BlockMemory(self.lifetimes, frozenset(self.saved), self.saved_bytes)
 
 
 class _Tracer(TorchDispatchMode):
@@ -264,7 +273,9 @@ def trace_block(
                 )
             times.append(again.seconds)
             gaps.append(again.gaps)
-    ops, storage_bytes, saved, cut = record
+        torch.set_rng_state(rng)
+        lifetimes = _lifetimes(fn, args, kwargs, record)
+    ops, storage_bytes, saved, cut, _ = record
     seconds = [statistics.median(run[j] for run in times) for j in range(len(ops))]
     ops = tuple(
         OpRecord(
@@ -282,7 +293,20 @@ def trace_block(
         )
         for j, o in enumerate(ops)
     )
-    return OpProfile(ops, storage_bytes, saved, cut)
+    return OpProfile(ops, storage_bytes, saved, cut, lifetimes)
+
+
+def _lifetimes(fn, args, kwargs, record) -> tuple[Lifetime, ...]:
+    """Each storage the block made, with when its own code releases it
+    (`planopt.runtime.liveness`; the traced run kept everything alive)."""
+    ops, makers = record[0], record[4]
+    deaths, count = storage_deaths(fn, args, kwargs, {(j, k) for j, k, _, _ in makers})
+    if count != len(ops):
+        raise RuntimeError(
+            f"trace_block: the block ran {count} operators, then {len(ops)}; its operator "
+            "sequence must not change between runs"
+        )
+    return tuple(Lifetime(b, j, deaths[j, k], s) for j, k, b, s in makers)
 
 
 def _records(tracer: _Tracer, args, kwargs, out, static: list[torch.Tensor]):
@@ -294,10 +318,11 @@ def _records(tracer: _Tracer, args, kwargs, out, static: list[torch.Tensor]):
     sizes: list[int] = []
     seen = set(outside)
     made: list[int] = []
+    makers: list[tuple[int, int, int, int | None]] = []  # (position, output, bytes, internal)
     for j, func in enumerate(tracer.funcs):
         seen.update(storage_key(t) for t in tracer.inputs[j])
         nbytes = 0
-        for t in tracer.outputs[j]:
+        for k, t in enumerate(tracer.outputs[j]):
             key = storage_key(t)
             if key == 0 or key in seen:
                 continue
@@ -308,6 +333,7 @@ def _records(tracer: _Tracer, args, kwargs, out, static: list[torch.Tensor]):
             if key not in out_keys:
                 internal[key] = len(sizes)
                 sizes.append(storage_nbytes(t))
+            makers.append((j, k, storage_nbytes(t), internal.get(key)))
         made.append(nbytes)
     saves: list[set[int]] = [set() for _ in tracer.funcs]
     saved: list[int] = []
@@ -340,7 +366,7 @@ def _records(tracer: _Tracer, args, kwargs, out, static: list[torch.Tensor]):
                 random=torch.Tag.nondeterministic_seeded in func.tags,
             )
         )
-    return tuple(ops), tuple(sizes), tuple(saved), cut
+    return tuple(ops), tuple(sizes), tuple(saved), cut, tuple(makers)
 
 
 def called_with(model: nn.Module, layer: nn.Module, *args, **kwargs) -> tuple[tuple, dict]:
