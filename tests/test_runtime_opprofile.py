@@ -216,6 +216,7 @@ def test_the_fake_trace_on_a_named_gpu_counts_the_same_storages():
     assert fake.storage_bytes == real.storage_bytes
     assert (fake.saved, fake.cut) == (real.saved, real.cut)
     assert [o.storages for o in fake.ops] == [o.storages for o in real.ops]
+    assert fake.lifetimes == real.lifetimes and real.lifetimes  # liveness on fake tensors too
     assert fake.overhead() == 0.0
     assert all(o.seconds > 0 for o in fake.ops if "addmm" in o.op or "bmm" in o.op)
     assert all(o.seconds == 0 for o in fake.ops if o.op in ("aten.view.default", "aten.t.default"))
