@@ -22,9 +22,14 @@ So a policy that saves the positions of a menu entry saves those operators
   operator), or its roofline on a named GPU (`planopt.runtime.roofline`),
   typically under `FakeTensorMode`; and the Python time before it
   (`between`, measured only), which a replay spends whatever it saves;
-* whether SAC may cache it (`saveable`): not an in-place operator, and no
+* whether SAC may cache it (`saveable`): not an in-place operator, no
   later operator mutates its outputs (SAC refuses a cached tensor whose
-  version changed);
+  version changed), and none of its outputs lives in the storage of the
+  block's output or of an input that is not static: SAC's cache would hold
+  that storage to the end of the block's backward, where cost model v3
+  frees the output after its last reader (BERT's last layer norm returns
+  the output beside its saved statistics) and regenerates or copies back
+  the input (a cached view of it would keep the forward's copy too);
 * whether it draws random numbers (`nondeterministic_seeded`).
 
 NOTE (devices): positions are those of the operators the traced device
@@ -313,6 +318,10 @@ def _records(tracer: _Tracer, args, kwargs, out, static: list[torch.Tensor]):
     """Storages classified and operators recorded from one traced run (module doc)."""
     outside = {storage_key(t) for t in [*_tensors((args, kwargs)), *static]}
     out_keys = {storage_key(t) for t in _tensors(out)}
+    static_keys = {storage_key(t) for t in static}
+    # the block's output and inputs: SAC must not cache a tensor living in them
+    held_elsewhere = (out_keys | {storage_key(t) for t in _tensors((args, kwargs))}) - static_keys
+    held_elsewhere.discard(0)
     outside.discard(0)
     internal: dict[int, int] = {}  # storage key -> index
     sizes: list[int] = []
@@ -352,6 +361,7 @@ def _records(tracer: _Tracer, args, kwargs, out, static: list[torch.Tensor]):
     for j, func in enumerate(tracer.funcs):
         outs = tracer.outputs[j]
         mutated = any(t._version != v for t, v in zip(outs, tracer.versions[j], strict=True))
+        output = any(storage_key(t) in held_elsewhere for t in outs)
         storages = sorted({internal[k] for k in map(storage_key, outs) if k in internal})
         ops.append(
             OpRecord(
@@ -362,7 +372,7 @@ def _records(tracer: _Tracer, args, kwargs, out, static: list[torch.Tensor]):
                 storages=tuple(storages),
                 saves=tuple(sorted(saves[j])),
                 seconds=tracer.seconds[j],
-                saveable=not func._schema.is_mutable and not mutated,
+                saveable=not func._schema.is_mutable and not mutated and not output,
                 random=torch.Tag.nondeterministic_seeded in func.tags,
             )
         )
