@@ -1,6 +1,7 @@
 """When each storage a block's forward makes is released, with autograd holding nothing.
 
     deaths = storage_deaths(fn, args, kwargs, wanted)   # {(position, output): position}
+    lifetimes_of(fn, args, kwargs, operators, makers)   # as planopt.sacmenu.Lifetime
 
 `planopt.runtime.opprofile` keeps every tensor of its traced run alive (it
 tells storages apart by identity), so it cannot see when the block's own
@@ -31,6 +32,8 @@ from torch.autograd.graph import saved_tensors_hooks
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.checkpoint import SAC_IGNORED_OPS
+
+from planopt.sacmenu import Lifetime
 
 
 class _Deaths(TorchDispatchMode):
@@ -87,3 +90,21 @@ def storage_deaths(
     deaths = {key: mode.deaths.get(key, count) for key in wanted}
     del out
     return deaths, count
+
+
+def lifetimes_of(
+    fn: Callable[..., Any],
+    args: tuple,
+    kwargs: Mapping[str, Any],
+    operators: int,
+    makers: tuple[tuple[int, int, int, int | None], ...],
+) -> tuple[Lifetime, ...]:
+    """Each storage the block made (`makers`: operator position, output index, bytes,
+    internal storage index or None), with its release; the traced run had `operators`."""
+    deaths, count = storage_deaths(fn, args, kwargs, {(j, k) for j, k, _, _ in makers})
+    if count != operators:
+        raise RuntimeError(
+            f"trace_block: the block ran {count} operators, then {operators}; its operator "
+            "sequence must not change between runs"
+        )
+    return tuple(Lifetime(b, j, deaths[j, k], s) for j, k, b, s in makers)

@@ -40,6 +40,12 @@ a few operators; where they differ, a policy from a fake trace names other
 operators on the GPU than in the trace. A measured trace (`profile` on the
 device) has no such gap.
 
+NOTE (lifetimes): one more forward, with autograd keeping nothing, says
+when the block's own code releases each storage it made
+(`planopt.runtime.liveness`); from those `planopt.sacmenu` prices each menu
+entry's replay scratch (`regen_work_bytes`) and leaves out the policies
+cost model v3 cannot describe.
+
 `called_with(model, layer, ...)` gives the arguments a model really calls
 a layer with (a transformers decoder layer's rotary embeddings and mask).
 
@@ -70,7 +76,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.checkpoint import SAC_IGNORED_OPS
 
 from planopt.hardware import GPU
-from planopt.runtime.liveness import storage_deaths
+from planopt.runtime.liveness import lifetimes_of
 from planopt.runtime.roofline import op_cost
 from planopt.runtime.storage import plain, storage_key, storage_nbytes
 from planopt.runtime.training import TIMERS
@@ -101,7 +107,7 @@ class OpProfile:
     storage_bytes: tuple[int, ...]
     saved: tuple[int, ...]  # internal storages autograd saves: the whole layer's internals
     cut: int
-    lifetimes: tuple[Lifetime, ...] = ()  # every storage the block made (module NOTE)
+    lifetimes: tuple[Lifetime, ...] = ()  # every storage the block made (NOTE (lifetimes))
 
     @property
     def saved_bytes(self) -> int:
@@ -279,7 +285,7 @@ def trace_block(
             times.append(again.seconds)
             gaps.append(again.gaps)
         torch.set_rng_state(rng)
-        lifetimes = _lifetimes(fn, args, kwargs, record)
+        lifetimes = lifetimes_of(fn, args, kwargs, len(record[0]), record[4])
     ops, storage_bytes, saved, cut, _ = record
     seconds = [statistics.median(run[j] for run in times) for j in range(len(ops))]
     ops = tuple(
@@ -299,19 +305,6 @@ def trace_block(
         for j, o in enumerate(ops)
     )
     return OpProfile(ops, storage_bytes, saved, cut, lifetimes)
-
-
-def _lifetimes(fn, args, kwargs, record) -> tuple[Lifetime, ...]:
-    """Each storage the block made, with when its own code releases it
-    (`planopt.runtime.liveness`; the traced run kept everything alive)."""
-    ops, makers = record[0], record[4]
-    deaths, count = storage_deaths(fn, args, kwargs, {(j, k) for j, k, _, _ in makers})
-    if count != len(ops):
-        raise RuntimeError(
-            f"trace_block: the block ran {count} operators, then {len(ops)}; its operator "
-            "sequence must not change between runs"
-        )
-    return tuple(Lifetime(b, j, deaths[j, k], s) for j, k, b, s in makers)
 
 
 def _records(tracer: _Tracer, args, kwargs, out, static: list[torch.Tensor]):
