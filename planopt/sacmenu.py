@@ -49,15 +49,17 @@ measured after each operator as the live-storage tracker does:
 
 Cost model v3 holds `s_i` (plus `F_i`'s scratch) through `F_i` and
 `s_i + w_k` through `R_i`. So an entry's `regen_work_bytes` `w_k` is the
-replay's peak beyond `s_i` (the replay's temporaries: a saved operator in
-the middle of an elementwise chain makes the replay run the chain's unsaved
-temporaries, GPT-2's gelu_new), and a policy whose checkpointed forward
-holds more than the plain forward (it caches storages autograd does not
-save, alive past their release) is one v3 cannot describe: it is left out.
-Policies caching only storages autograd saves never are (their forward holds
-a subset of the plain one's storages at every operator), so the menu is the
-Pareto front of the exact front's entries that fit and of the exact front
-over those policies.
+replay's peak beyond `s_i`: its temporaries (a saved operator in the middle
+of an elementwise chain makes it run the chain's unsaved temporaries,
+GPT-2's gelu_new). When autograd saves the block's output, v3 holds the
+forward's output to the end of `B_i`, while checkpoint frees it after its
+readers (all done before `R_i`) and the replay makes the one `B_i` reads:
+that output's bytes count against the peak too. A policy whose checkpointed
+forward holds more than the plain forward (it caches storages autograd does
+not save, alive past their release) is one v3 cannot describe: it is left
+out. Policies caching only storages autograd saves never are (their forward
+holds a subset of the plain one's at every operator): the menu is the front
+of the exact front's entries that fit and of the front over those.
 """
 
 from __future__ import annotations
@@ -117,11 +119,13 @@ class Lifetime:
 @dataclass(frozen=True, slots=True)
 class BlockMemory:
     """What pricing a policy's memory needs: every storage's lifetime, the internal
-    storages autograd saves (`saved`, indices) and their bytes (the layer's s_i)."""
+    storages autograd saves (`saved`, indices) and their bytes (the layer's s_i), and
+    whether autograd saves the block's output (`output_saved`, its `saves_output`)."""
 
     lifetimes: tuple[Lifetime, ...]
     saved: frozenset[int]
     saved_bytes: int
+    output_saved: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,7 +330,10 @@ def pareto_menu(
             continue
         work = 0
         if memory is not None:
-            work = max(0, policy_memory(ops, memory, cut, policy).replay - memory.saved_bytes)
+            held = memory.saved_bytes + memory.output_saved * sum(
+                m.nbytes for m in memory.lifetimes if m.storage is None
+            )
+            work = max(0, policy_memory(ops, memory, cut, policy).replay - held)
         entries.append(MenuEntry(h, fixed + max(0.0, total - gain), tuple(sorted(policy)), work))
     return tuple(entries)
 

@@ -40,11 +40,9 @@ a few operators; where they differ, a policy from a fake trace names other
 operators on the GPU than in the trace. A measured trace (`profile` on the
 device) has no such gap.
 
-NOTE (lifetimes): one more forward, with autograd keeping nothing, says
-when the block's own code releases each storage it made
-(`planopt.runtime.liveness`); from those `planopt.sacmenu` prices each menu
-entry's replay scratch (`regen_work_bytes`) and leaves out the policies
-cost model v3 cannot describe.
+NOTE (lifetimes): one more forward (`planopt.runtime.liveness`) says when
+the block's code releases each storage it made; `planopt.sacmenu` prices
+from those each entry's replay scratch and leaves out what v3 cannot say.
 
 `called_with(model, layer, ...)` gives the arguments a model really calls
 a layer with (a transformers decoder layer's rotary embeddings and mask).
@@ -108,6 +106,7 @@ class OpProfile:
     saved: tuple[int, ...]  # internal storages autograd saves: the whole layer's internals
     cut: int
     lifetimes: tuple[Lifetime, ...] = ()  # every storage the block made (NOTE (lifetimes))
+    saves_output: bool = False  # autograd saves the block's output
 
     @property
     def saved_bytes(self) -> int:
@@ -149,7 +148,8 @@ class OpProfile:
         """What the menu needs to price a policy's memory (`sacmenu.BlockMemory`)."""
         if not self.lifetimes:
             return None
-        return BlockMemory(self.lifetimes, frozenset(self.saved), self.saved_bytes)
+        saved = frozenset(self.saved)
+        return BlockMemory(self.lifetimes, saved, self.saved_bytes, self.saves_output)
 
 
 class _Tracer(TorchDispatchMode):
@@ -286,7 +286,7 @@ def trace_block(
             gaps.append(again.gaps)
         torch.set_rng_state(rng)
         lifetimes = lifetimes_of(fn, args, kwargs, len(record[0]), record[4])
-    ops, storage_bytes, saved, cut, _ = record
+    ops, storage_bytes, saved, cut, _, saves_output = record
     seconds = [statistics.median(run[j] for run in times) for j in range(len(ops))]
     ops = tuple(
         OpRecord(
@@ -304,7 +304,7 @@ def trace_block(
         )
         for j, o in enumerate(ops)
     )
-    return OpProfile(ops, storage_bytes, saved, cut, lifetimes)
+    return OpProfile(ops, storage_bytes, saved, cut, lifetimes, saves_output)
 
 
 def _records(tracer: _Tracer, args, kwargs, out, static: list[torch.Tensor]):
@@ -369,7 +369,8 @@ def _records(tracer: _Tracer, args, kwargs, out, static: list[torch.Tensor]):
                 random=torch.Tag.nondeterministic_seeded in func.tags,
             )
         )
-    return tuple(ops), tuple(sizes), tuple(saved), cut, tuple(makers)
+    saves_output = any(storage_key(t) in out_keys for _, t in tracer.packs)
+    return tuple(ops), tuple(sizes), tuple(saved), cut, tuple(makers), saves_output
 
 
 def called_with(model: nn.Module, layer: nn.Module, *args, **kwargs) -> tuple[tuple, dict]:
