@@ -177,9 +177,9 @@ def test_a_policy_v3_cannot_describe_is_not_on_the_menu():
     temporaries live, more than the plain forward ever holds; cost model v3 has no term
     for that (it was the 204,416-byte under-prediction). The trace's lifetimes predict
     the tracker's forward peaks exactly, and no menu entry's forward exceeds the plain."""
+    from planopt.menumemory import policy_memory
     from planopt.runtime.inplacemenus import block_arguments, block_trace
     from planopt.runtime.regions import UseCacheOff
-    from planopt.sacmenu import policy_memory
 
     model, batch, _ = tiny("gpt2", size="act")
     block = model.transformer.h[0]
@@ -206,11 +206,11 @@ def test_the_replay_peak_is_what_the_lifetimes_say():
     internals by `regen_work_bytes`."""
     from torch.utils.checkpoint import checkpoint
 
+    from planopt.menumemory import policy_memory
     from planopt.runtime.inplacemenus import block_arguments, block_trace
     from planopt.runtime.regions import UseCacheOff
     from planopt.runtime.sac import sac_context
     from planopt.runtime.tracker import LiveMemory
-    from planopt.sacmenu import policy_memory
 
     model, batch, _ = tiny("bert", size="act")
     block = model.bert.encoder.layer[0]

@@ -33,7 +33,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.checkpoint import SAC_IGNORED_OPS
 
-from planopt.sacmenu import Lifetime
+from planopt.menumemory import Lifetime
 
 
 class _Deaths(TorchDispatchMode):

@@ -74,11 +74,12 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.checkpoint import SAC_IGNORED_OPS
 
 from planopt.hardware import GPU
+from planopt.menumemory import BlockMemory, Lifetime
 from planopt.runtime.liveness import lifetimes_of
 from planopt.runtime.roofline import op_cost
 from planopt.runtime.storage import plain, storage_key, storage_nbytes
 from planopt.runtime.training import TIMERS
-from planopt.sacmenu import BlockMemory, Lifetime, MenuEntry, MenuError, MenuOp, pareto_menu
+from planopt.sacmenu import MenuEntry, MenuError, MenuOp, pareto_menu
 
 
 @dataclass(frozen=True, slots=True)
