@@ -1,7 +1,7 @@
 """A block's forward, operator by operator: what each ATen operator makes, saves and costs.
 
     ops = trace_block(block, (x,), {"use_cache": False})   # measured on this device
-    ops.menu()                                             # planopt.sacmenu's exact front
+    ops.menu()                                             # planopt.sacmenu's front
 
 One forward of the block (grad enabled, as in training) runs under a
 `TorchDispatchMode` and `saved_tensors_hooks`. Each operator the mode sees
@@ -131,7 +131,7 @@ class OpProfile:
         return tuple(MenuOp(o.seconds, o.storages, o.saveable, o.random) for o in self.ops)
 
     def menu(self, early_stop: bool = True) -> tuple[MenuEntry, ...]:
-        """The exact front (`planopt.sacmenu.pareto_menu`) holding less than `saved_bytes`.
+        """The front (`planopt.sacmenu.pareto_menu`, lifetimes known) below `saved_bytes`.
 
         `early_stop`: how the runtime's `checkpoint` replays (its `early_stop`
         argument): up to the cut (torch's default), or the whole forward.
