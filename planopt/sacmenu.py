@@ -33,6 +33,10 @@ its group is dominated in every combination). Random operators add one
 coupling: a replayed random operator must draw what it drew in the forward,
 so if one is saved every later one before `cut` is saved too; the front is
 the Pareto union over where that suffix of saved random operators starts.
+
+NOTE (memory): what a policy holds while the block's forward and replay run, and
+which policies cost model v3 can describe, is `planopt.menumemory`'s: with it,
+the menu prices each entry's `regen_work_bytes` and leaves out the rest.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from dataclasses import dataclass
 
 from planopt.errors import PlanoptError
 from planopt.menu import LayerOption
+from planopt.menumemory import BlockMemory, PolicyMemory, policy_memory
 
 # A group with more operators and more storages than this is not enumerated (2**n subsets).
 MAX_GROUP_STORAGES = 16
@@ -68,11 +73,13 @@ class MenuOp:
 
 @dataclass(frozen=True, slots=True)
 class MenuEntry:
-    """One point of the front: keep `saved_bytes`, replay `recompute` s; `policy`: saved ops."""
+    """One point of the front: keep `saved_bytes`, replay `recompute` s; `policy`: saved ops;
+    `regen_work_bytes`: what the replay holds beyond the layer's internals (module NOTE)."""
 
     saved_bytes: int
     recompute: float
     policy: tuple[int, ...]
+    regen_work_bytes: int = 0
 
 
 def policy_cost(
@@ -192,15 +199,59 @@ def pareto_menu(
     *,
     below: int | None = None,
     fixed: float = 0.0,
+    memory: BlockMemory | None = None,
 ) -> tuple[MenuEntry, ...]:
     """The exact front of `(h, r)` (module doc), `h` ascending; each entry's policy sorted.
 
     `below`: keep only entries holding fewer bytes (the whole layer's
     internals: an entry holding as much is no better than keeping it all).
     `fixed`: seconds every replay spends whatever it saves (added to each `r`).
+    `memory`: the block's storage lifetimes; each entry then gets its
+    `regen_work_bytes`, and policies cost model v3 cannot describe are left
+    out (`planopt.menumemory`).
     """
     _check(ops, storage_bytes, cut)
     total = sum(op.seconds for op in ops[:cut])
+    points = _front(ops, storage_bytes, cut)
+    if memory is not None:
+        # none up to the last random operator caching what autograd does not save (a
+        # saved random operator makes every later one saved)
+        last = max((j for j, op in enumerate(ops) if op.random and op.saveable and
+                    not set(op.storages) <= memory.saved), default=-1)  # fmt: skip
+        only_saved = [
+            op if op.random and j > last else MenuOp(
+                op.seconds, op.storages, op.saveable and not op.random and
+                set(op.storages) <= memory.saved, op.random)
+            for j, op in enumerate(ops)
+        ]  # fmt: skip
+        points = _pareto(
+            [
+                p
+                for p in [*points, *_front(only_saved, storage_bytes, cut)]
+                if _fits(policy_memory(ops, memory, cut, p[2]))
+            ]
+        )
+    entries = []
+    for h, gain, policy in points:
+        if below is not None and h >= below:
+            continue
+        work = 0
+        if memory is not None:
+            held = memory.saved_bytes + memory.output_saved * sum(
+                m.nbytes for m in memory.lifetimes if m.storage is None
+            )
+            work = max(0, policy_memory(ops, memory, cut, policy).replay - held)
+        entries.append(MenuEntry(h, fixed + max(0.0, total - gain), tuple(sorted(policy)), work))
+    return tuple(entries)
+
+
+def _fits(peaks: PolicyMemory) -> bool:
+    """The checkpointed forward holds no more than the plain one (v3's `F_i`)."""
+    return peaks.forward <= peaks.plain
+
+
+def _front(ops: Sequence[MenuOp], storage_bytes: Sequence[int], cut: int) -> _Front:
+    """The exact front as (bytes, seconds saved, policy) (module doc)."""
     free = tuple(
         j for j, op in enumerate(ops[:cut]) if op.saveable and not op.storages and not op.random
     )
@@ -218,12 +269,7 @@ def pareto_menu(
         for group in groups:
             front = _combine(front, _group_front(ops, storage_bytes, group, forced_in, forced_out))
         union.extend(front)
-    entries = []
-    for h, gain, policy in _pareto(union):
-        if below is not None and h >= below:
-            continue
-        entries.append(MenuEntry(h, fixed + max(0.0, total - gain), tuple(sorted(policy))))
-    return tuple(entries)
+    return _pareto(union)
 
 
 def thin(menu: Sequence[MenuEntry], size: int) -> tuple[MenuEntry, ...]:
@@ -256,5 +302,6 @@ def layer_options(menu: Sequence[MenuEntry], below: int | None = None) -> tuple[
     """
     kept = [e for e in menu if below is None or e.saved_bytes < below]
     return tuple(
-        LayerOption(f"sac{k}", e.saved_bytes, e.recompute, e.policy) for k, e in enumerate(kept)
+        LayerOption(f"sac{k}", e.saved_bytes, e.recompute, e.policy, e.regen_work_bytes)
+        for k, e in enumerate(kept)
     )

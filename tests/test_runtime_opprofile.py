@@ -216,6 +216,7 @@ def test_the_fake_trace_on_a_named_gpu_counts_the_same_storages():
     assert fake.storage_bytes == real.storage_bytes
     assert (fake.saved, fake.cut) == (real.saved, real.cut)
     assert [o.storages for o in fake.ops] == [o.storages for o in real.ops]
+    assert fake.lifetimes == real.lifetimes and real.lifetimes  # liveness on fake tensors too
     assert fake.overhead() == 0.0
     assert all(o.seconds > 0 for o in fake.ops if "addmm" in o.op or "bmm" in o.op)
     assert all(o.seconds == 0 for o in fake.ops if o.op in ("aten.view.default", "aten.t.default"))
@@ -417,3 +418,20 @@ def test_a_layer_whose_menu_cannot_be_enumerated_is_left_whole_with_a_warning(mo
         prof = profile(ref.chain, (x, y), ref.loss_fn, iterations=1, warmup=0, link=link)
     assert any(str(w.message).startswith("block0: no menu (menu: operators") for w in warned)
     assert prof.layers[1].options == () and prof.layers[1].saved_bytes > 0
+
+
+def test_sac_never_caches_the_block_s_output_or_a_view_of_its_input():
+    """SAC's cache would hold them to the end of the block's backward (the cost model
+    frees the output after its last reader and regenerates or copies back the input)."""
+    norm = torch.nn.LayerNorm(8)
+
+    def block(x):
+        return norm(x.view(4, 8) * 2.0)
+
+    x = torch.randn(32, requires_grad=True).clone()
+    ops = trace_block(block, (x,), static=list(norm.parameters()), repeats=1, warmup=0)
+    by_name = {o.op: o for o in ops.ops}
+    assert not by_name["aten.view.default"].saveable  # a view of the input
+    assert not by_name["aten.native_layer_norm.default"].saveable  # returns the output
+    assert by_name["aten.mul.Tensor"].saveable
+    assert all(ops.ops[j].saveable for e in ops.menu() for j in e.policy)

@@ -129,3 +129,77 @@ def test_a_group_too_large_either_way_is_refused_with_the_rule():
     ops = [MenuOp(1.0, (k, k + 1)) for k in range(17)]
     with pytest.raises(MenuError, match="at most 16 operators or storages of a group"):
         pareto_menu(ops, [1] * 18, cut=17)
+
+
+def test_memory_by_hand_a_chain_of_four_operators():
+    """a = f(x), b = g(a), c = h(b), d = k(c), out = m(d); autograd saves a and d (10 bytes
+    each, s = 20); the block's code releases a after g, b after h, c after k, d and out at
+    the end; the replay stops before m (cut 4). Worked by hand (module NOTE on memory)."""
+    from planopt.menumemory import BlockMemory, Lifetime, PolicyMemory, policy_memory
+
+    ops = [MenuOp(1.0, (s,)) for s in range(4)] + [MenuOp(1.0)]
+    lives = (
+        Lifetime(10, 0, 2, 0),
+        Lifetime(10, 1, 3, 1),
+        Lifetime(10, 2, 4, 2),
+        Lifetime(10, 3, 5, 3),
+        Lifetime(10, 4, 5, None),
+    )
+    memory = BlockMemory(lives, frozenset({0, 3}), 20)
+    # plain: a+b+c after h, a+c+d after k, a+d+out after m: 30
+    assert policy_memory(ops, memory, 4, ()) == PolicyMemory(30, 20, 30)
+    # caching b and c keeps them to the end: b+c+d+out after m
+    assert policy_memory(ops, memory, 4, (1, 2)) == PolicyMemory(30, 40, 30)
+    # caching d: the cache holds it from the replay's start: a+b+c+d after h
+    assert policy_memory(ops, memory, 4, (0, 3)) == PolicyMemory(30, 30, 40)
+    menu = pareto_menu(ops, [10] * 4, 4, memory=memory)
+    # (0, 1) holds a+b+c+d after k (40 > 30): left out, (0, 3) saves as much; so do all
+    # entries holding 30 bytes or more
+    assert [(e.saved_bytes, e.recompute, e.policy, e.regen_work_bytes) for e in menu] == [
+        (0, 4.0, (), 10),
+        (10, 3.0, (0,), 10),
+        (20, 2.0, (0, 3), 20),
+    ]
+
+
+def _lifetimes(rng: random.Random, ops, sizes):
+    from planopt.menumemory import BlockMemory, Lifetime
+
+    n = len(ops)
+    lives = []
+    for s, size in enumerate(sizes):
+        users = [j for j, op in enumerate(ops) if s in op.storages]
+        if users:
+            lives.append(Lifetime(size, users[0], rng.randint(users[-1] + 1, n), s))
+    lives.append(Lifetime(rng.choice([0, 64, 256]), n - 1, n, None))
+    saved = frozenset(s for s in range(len(sizes)) if rng.random() < 0.5)
+    return BlockMemory(tuple(lives), saved, sum(sizes[s] for s in saved), rng.random() < 0.3)
+
+
+@pytest.mark.parametrize("seed", range(150))
+def test_with_memory_every_entry_fits_and_none_caching_saved_storages_is_missed(seed):
+    """Brute force: each entry's checkpointed forward holds at most the plain one's peak,
+    its regen_work_bytes is its replay's peak beyond s (and the output when saved), and
+    every policy caching only storages autograd saves is matched or beaten by an entry."""
+    from planopt.menumemory import policy_memory
+
+    rng = random.Random(seed)
+    ops, sizes, cut = _instance(rng)
+    memory = _lifetimes(rng, ops, sizes)
+    menu = pareto_menu(ops, sizes, cut, memory=memory)
+    out = sum(m.nbytes for m in memory.lifetimes if m.storage is None) * memory.output_saved
+    for e in menu:
+        peaks = policy_memory(ops, memory, cut, e.policy)
+        assert _valid(ops, cut, e.policy) and peaks.forward <= peaks.plain
+        assert e.regen_work_bytes == max(0, peaks.replay - memory.saved_bytes - out)
+    for a, b in itertools.pairwise(menu):
+        assert a.saved_bytes < b.saved_bytes and a.recompute > b.recompute - 1e-12
+    for k in range(len(ops) + 1):
+        for policy in itertools.combinations(range(len(ops)), k):
+            cached = {s for j in policy for s in ops[j].storages}
+            if not _valid(ops, cut, policy) or not cached <= memory.saved:
+                continue
+            h, r = policy_cost(ops, sizes, cut, policy)
+            fixed = policy_memory(ops, memory, cut, policy)
+            assert fixed.forward <= fixed.plain  # caching only what autograd saves
+            assert any(e.saved_bytes <= h and e.recompute <= r + 1e-9 for e in menu), policy

@@ -7,8 +7,9 @@ input shape) it captures the arguments the model really calls the block with
 (a forward pre-hook during one forward of the model on `batch`, stopped
 there; a transformers decoder layer gets its mask and rotary embeddings
 this way), traces the block's forward operator by operator
-(`planopt.runtime.opprofile.trace_block`) and attaches the exact Pareto
-front over SAC policies, thinned to `size` entries, as `LayerOption`s.
+(`planopt.runtime.opprofile.trace_block`) and attaches the Pareto front
+over the SAC policies cost model v3 describes (`planopt.sacmenu`), each with
+its replay's scratch, thinned to `size` entries, as `LayerOption`s.
 
 The positions are those `apply`'s selective-checkpoint region hands its
 policy: apply runs the block's own forward with the same arguments, and
@@ -101,8 +102,9 @@ def block_menus(
     note = (
         " Menus (cost model v3): each block class traced once, operator by operator, with "
         "the arguments its model calls it with (planopt.runtime.inplacemenus; operator times "
-        f"measured, {timer} clock); options are the exact Pareto front of (bytes kept, "
-        "recompute seconds) over SAC policies saving operator positions, "
+        f"measured, {timer} clock); options are the Pareto front of (bytes kept, recompute "
+        "seconds) over SAC policies saving operator positions whose checkpointed forward holds "
+        "no more than the plain one, each with its replay's scratch (regen_work_bytes), "
         f"{'all of it' if size is None else f'at most {size} entries'} per block."
     )
     return dataclasses.replace(prof, layers=tuple(layers), source=prof.source + note)

@@ -5,9 +5,10 @@ layer (no autograd between layers), and for the first layer of each class
 (its profile signature, which holds its input's shape; a layer without a
 signature is its own class) traces its forward operator by operator
 (`planopt.runtime.opprofile.trace_block`, the real layer with its real
-input, under the same autocast as the profile's step) and builds the exact
-Pareto front of (bytes kept, recompute seconds) over SAC policies
-(`planopt.sacmenu`). At most `size` entries are kept per layer (the front's
+input, under the same autocast as the profile's step) and builds the
+Pareto front of (bytes kept, recompute seconds) over the SAC policies cost
+model v3 describes, each with its replay's scratch (`planopt.sacmenu`,
+`planopt.menumemory`). At most `size` entries are kept per layer (the front's
 two ends and entries spread evenly in bytes between them; `None`: all of
 it), as `LayerOption`s named `sac0..` with their policies (operator
 positions). The model is left as found (RNG, buffers, gradients).
@@ -83,8 +84,10 @@ def add_menus(
     timing = f"roofline on {gpu.name}" if gpu is not None else f"measured ({timer} clock)"
     note = (
         f" Menus (cost model v3): each layer class's forward traced operator by operator "
-        f"(planopt.runtime.opprofile; operator times {timing}); options are the exact Pareto "
-        "front of (bytes kept, recompute seconds) over SAC policies saving operator positions, "
+        f"(planopt.runtime.opprofile; operator times {timing}); options are the Pareto front "
+        "of (bytes kept, recompute seconds) over SAC policies saving operator positions whose "
+        "checkpointed forward holds no more than the plain one, each with its replay's scratch "
+        "(regen_work_bytes), "
         f"{'all of it' if size is None else f'at most {size} entries'} per layer."
     )
     return dataclasses.replace(prof, layers=tuple(layers), source=prof.source + note)

@@ -1,7 +1,7 @@
 """A block's forward, operator by operator: what each ATen operator makes, saves and costs.
 
     ops = trace_block(block, (x,), {"use_cache": False})   # measured on this device
-    ops.menu()                                             # planopt.sacmenu's exact front
+    ops.menu()                                             # planopt.sacmenu's front
 
 One forward of the block (grad enabled, as in training) runs under a
 `TorchDispatchMode` and `saved_tensors_hooks`. Each operator the mode sees
@@ -22,9 +22,14 @@ So a policy that saves the positions of a menu entry saves those operators
   operator), or its roofline on a named GPU (`planopt.runtime.roofline`),
   typically under `FakeTensorMode`; and the Python time before it
   (`between`, measured only), which a replay spends whatever it saves;
-* whether SAC may cache it (`saveable`): not an in-place operator, and no
+* whether SAC may cache it (`saveable`): not an in-place operator, no
   later operator mutates its outputs (SAC refuses a cached tensor whose
-  version changed);
+  version changed), and none of its outputs lives in the storage of the
+  block's output or of an input that is not static: SAC's cache would hold
+  that storage to the end of the block's backward, where cost model v3
+  frees the output after its last reader (BERT's last layer norm returns
+  the output beside its saved statistics) and regenerates or copies back
+  the input (a cached view of it would keep the forward's copy too);
 * whether it draws random numbers (`nondeterministic_seeded`).
 
 NOTE (devices): positions are those of the operators the traced device
@@ -34,6 +39,10 @@ CPU autocast's lists of operators cast to fp32, which differ from CUDA's in
 a few operators; where they differ, a policy from a fake trace names other
 operators on the GPU than in the trace. A measured trace (`profile` on the
 device) has no such gap.
+
+NOTE (lifetimes): one more forward (`planopt.runtime.liveness`) says when
+the block's code releases each storage it made; `planopt.sacmenu` prices
+from those each entry's replay scratch and leaves out what v3 cannot say.
 
 `called_with(model, layer, ...)` gives the arguments a model really calls
 a layer with (a transformers decoder layer's rotary embeddings and mask).
@@ -65,6 +74,8 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.checkpoint import SAC_IGNORED_OPS
 
 from planopt.hardware import GPU
+from planopt.menumemory import BlockMemory, Lifetime
+from planopt.runtime.liveness import lifetimes_of
 from planopt.runtime.roofline import op_cost
 from planopt.runtime.storage import plain, storage_key, storage_nbytes
 from planopt.runtime.training import TIMERS
@@ -95,6 +106,8 @@ class OpProfile:
     storage_bytes: tuple[int, ...]
     saved: tuple[int, ...]  # internal storages autograd saves: the whole layer's internals
     cut: int
+    lifetimes: tuple[Lifetime, ...] = ()  # every storage the block made (NOTE (lifetimes))
+    saves_output: bool = False  # autograd saves the block's output
 
     @property
     def saved_bytes(self) -> int:
@@ -118,7 +131,7 @@ class OpProfile:
         return tuple(MenuOp(o.seconds, o.storages, o.saveable, o.random) for o in self.ops)
 
     def menu(self, early_stop: bool = True) -> tuple[MenuEntry, ...]:
-        """The exact front (`planopt.sacmenu.pareto_menu`) holding less than `saved_bytes`.
+        """The front (`planopt.sacmenu.pareto_menu`, lifetimes known) below `saved_bytes`.
 
         `early_stop`: how the runtime's `checkpoint` replays (its `early_stop`
         argument): up to the cut (torch's default), or the whole forward.
@@ -129,7 +142,15 @@ class OpProfile:
             self.replayed(early_stop),
             below=self.saved_bytes,
             fixed=self.overhead(early_stop),
+            memory=self.memory(),
         )
+
+    def memory(self) -> BlockMemory | None:
+        """What the menu needs to price a policy's memory (`sacmenu.BlockMemory`)."""
+        if not self.lifetimes:
+            return None
+        saved = frozenset(self.saved)
+        return BlockMemory(self.lifetimes, saved, self.saved_bytes, self.saves_output)
 
 
 class _Tracer(TorchDispatchMode):
@@ -264,7 +285,9 @@ def trace_block(
                 )
             times.append(again.seconds)
             gaps.append(again.gaps)
-    ops, storage_bytes, saved, cut = record
+        torch.set_rng_state(rng)
+        lifetimes = lifetimes_of(fn, args, kwargs, len(record[0]), record[4])
+    ops, storage_bytes, saved, cut, _, saves_output = record
     seconds = [statistics.median(run[j] for run in times) for j in range(len(ops))]
     ops = tuple(
         OpRecord(
@@ -282,22 +305,27 @@ def trace_block(
         )
         for j, o in enumerate(ops)
     )
-    return OpProfile(ops, storage_bytes, saved, cut)
+    return OpProfile(ops, storage_bytes, saved, cut, lifetimes, saves_output)
 
 
 def _records(tracer: _Tracer, args, kwargs, out, static: list[torch.Tensor]):
     """Storages classified and operators recorded from one traced run (module doc)."""
     outside = {storage_key(t) for t in [*_tensors((args, kwargs)), *static]}
     out_keys = {storage_key(t) for t in _tensors(out)}
+    static_keys = {storage_key(t) for t in static}
+    # the block's output and inputs: SAC must not cache a tensor living in them
+    held_elsewhere = (out_keys | {storage_key(t) for t in _tensors((args, kwargs))}) - static_keys
+    held_elsewhere.discard(0)
     outside.discard(0)
     internal: dict[int, int] = {}  # storage key -> index
     sizes: list[int] = []
     seen = set(outside)
     made: list[int] = []
+    makers: list[tuple[int, int, int, int | None]] = []  # (position, output, bytes, internal)
     for j, func in enumerate(tracer.funcs):
         seen.update(storage_key(t) for t in tracer.inputs[j])
         nbytes = 0
-        for t in tracer.outputs[j]:
+        for k, t in enumerate(tracer.outputs[j]):
             key = storage_key(t)
             if key == 0 or key in seen:
                 continue
@@ -308,6 +336,7 @@ def _records(tracer: _Tracer, args, kwargs, out, static: list[torch.Tensor]):
             if key not in out_keys:
                 internal[key] = len(sizes)
                 sizes.append(storage_nbytes(t))
+            makers.append((j, k, storage_nbytes(t), internal.get(key)))
         made.append(nbytes)
     saves: list[set[int]] = [set() for _ in tracer.funcs]
     saved: list[int] = []
@@ -326,6 +355,7 @@ def _records(tracer: _Tracer, args, kwargs, out, static: list[torch.Tensor]):
     for j, func in enumerate(tracer.funcs):
         outs = tracer.outputs[j]
         mutated = any(t._version != v for t, v in zip(outs, tracer.versions[j], strict=True))
+        output = any(storage_key(t) in held_elsewhere for t in outs)
         storages = sorted({internal[k] for k in map(storage_key, outs) if k in internal})
         ops.append(
             OpRecord(
@@ -336,11 +366,12 @@ def _records(tracer: _Tracer, args, kwargs, out, static: list[torch.Tensor]):
                 storages=tuple(storages),
                 saves=tuple(sorted(saves[j])),
                 seconds=tracer.seconds[j],
-                saveable=not func._schema.is_mutable and not mutated,
+                saveable=not func._schema.is_mutable and not mutated and not output,
                 random=torch.Tag.nondeterministic_seeded in func.tags,
             )
         )
-    return tuple(ops), tuple(sizes), tuple(saved), cut
+    saves_output = any(storage_key(t) in out_keys for _, t in tracer.packs)
+    return tuple(ops), tuple(sizes), tuple(saved), cut, tuple(makers), saves_output
 
 
 def called_with(model: nn.Module, layer: nn.Module, *args, **kwargs) -> tuple[tuple, dict]:
