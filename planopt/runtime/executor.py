@@ -139,6 +139,8 @@ class Step:
             if i > 0:
                 # end of F_i: x_i's forward use
                 layers[i - 1].end_forward_use(h._version, layer.action, policy is not None)
+            else:
+                layer.end_batch_use(h._version, policy is not None)
             self.steps.watch(i, out)
             h = out
         self.executor._verified()
