@@ -136,8 +136,7 @@ class Step:
             layer.finish_forward(out, i in sched.bases)
             if i in sched.bases:
                 self.base_requires_grad[i] = out.requires_grad
-            if i > 0:
-                # end of F_i: x_i's forward use
+            if i > 0:  # end of F_i: x_i's forward use
                 layers[i - 1].end_forward_use(h._version, layer.action, policy is not None)
             else:
                 layer.end_batch_use(h._version, policy is not None)
