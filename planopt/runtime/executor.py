@@ -132,7 +132,7 @@ class Step:
                 if policy is None:
                     out = chain.run_layer(i, h, self.target, self.loss_fn)
                 else:  # a partial option (v3)
-                    out = partial_forward(self, i, h, policy)
+                    out = partial_forward(self, i, h, policy, sched.output_changed[i])
             layer.finish_forward(out, i in sched.bases)
             if i in sched.bases:
                 self.base_requires_grad[i] = out.requires_grad
