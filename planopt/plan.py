@@ -235,7 +235,7 @@ class Plan:
                         f"[{need[i]}, {n - 1}] (need({i}) under this profile), "
                         f"got {self.prefetch_at[i]}"
                     )
-        check_runnable(profile, self.actions, self.options)
+        check_runnable(profile, self.actions, self.options, self.swap_wait)
 
     def for_profile(self, profile: Profile) -> Plan:
         """This plan checked against `profile`, carrying its names and fingerprint."""

@@ -65,7 +65,7 @@ class MeteredScorer:
     ) -> tuple[float, int]:
         """Charged in full before it runs, so a `stop` (a deadline) never changes the work."""
         self.meter.charge(self.cost)
-        if self.rule and not runnable(self.base.profile, actions, options):
+        if self.rule and not runnable(self.base.profile, actions, options, swap_wait):
             return math.inf, math.inf  # type: ignore[return-value]
         return self.base.score(
             actions, prefetch_at, swap_wait, free_copies, stop=stop, options=options

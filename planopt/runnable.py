@@ -14,6 +14,9 @@ end of `F_{j-1}`, a recompute regenerates it from below: both hold the value
   swapped or recomputed and `x_j` has a backward reader besides the layers
   above (`saves_output_i` or `saves_input_j`): that reader would get the
   value before the change.
+* **copy racing the change**: layer `j` is replayed above a swapped layer `i`
+  and `F_j` does not wait for `i`'s copy out (`swap_wait_i != j`): the copy
+  of `x_j` would race the change (its copy out runs beside `F_j`).
 
 A plan that breaks it is not runnable (the executors refuse it at the first
 forward), so it is not a plan of the profile: `Plan.check` refuses it and no
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
 
 REPLAYED_ABOVE_KEPT = "replayed above kept"
 READ_BELOW = "read below, not replayed"
+COPY_RACE = "copy racing the change"
 
 
 def reads_below(profile: Profile, j: int) -> bool:
@@ -45,12 +49,18 @@ def reads_below(profile: Profile, j: int) -> bool:
 
 
 def pair_breaks(
-    modifies: bool, reads: bool, below: Action | None, action: Action, partial: bool
+    modifies: bool,
+    reads: bool,
+    below: Action | None,
+    action: Action,
+    partial: bool,
+    waits: bool = False,
 ) -> str | None:
     """The clause of the rule that layer `j` breaks (None: runnable).
 
     `below`: layer `j-1`'s action (None for layer 0: the batch, kept);
-    `partial`: layer `j` takes an option; `reads`: `reads_below(profile, j)`.
+    `partial`: layer `j` takes an option; `reads`: `reads_below(profile, j)`;
+    `waits`: `F_j` waits for the copy out of layer `j-1` (`swap_wait[j-1] == j`).
     """
     if not modifies:
         return None
@@ -60,44 +70,42 @@ def pair_breaks(
         return REPLAYED_ABOVE_KEPT
     if not replayed and not below_kept and reads:
         return READ_BELOW
+    if replayed and below is SWAP and not waits:
+        return COPY_RACE
     return None
-
-
-def pair_allowed(
-    profile: Profile, j: int, below: Action | None, action: Action, partial: bool
-) -> bool:
-    """Whether layer `j` with `action` (`partial`: an option) above `below` is runnable."""
-    layer = profile.layers[j]
-    return (
-        pair_breaks(layer.modifies_input, reads_below(profile, j), below, action, partial) is None
-    )
 
 
 def violations(
     profile: Profile,
     actions: Sequence[Action],
     options: Sequence[str | None] | None = None,
+    swap_wait: Sequence[int | None] | None = None,
 ) -> list[tuple[int, str]]:
-    """Every layer `j` that breaks the rule, with the clause, in index order."""
+    """Every layer `j` that breaks the rule, with the clause, in index order
+    (`swap_wait` None: no forward waits for a copy)."""
     out: list[tuple[int, str]] = []
     for j, layer in enumerate(profile.layers):
         if not layer.modifies_input:
             continue
         partial = options is not None and options[j] is not None
         below = actions[j - 1] if j > 0 else None
-        clause = pair_breaks(True, reads_below(profile, j), below, actions[j], partial)
+        waits = j > 0 and swap_wait is not None and swap_wait[j - 1] == j
+        clause = pair_breaks(True, reads_below(profile, j), below, actions[j], partial, waits)
         if clause is not None:
             out.append((j, clause))
     return out
 
 
 def runnable(
-    profile: Profile, actions: Sequence[Action], options: Sequence[str | None] | None = None
+    profile: Profile,
+    actions: Sequence[Action],
+    options: Sequence[str | None] | None = None,
+    swap_wait: Sequence[int | None] | None = None,
 ) -> bool:
     """Whether the plan keeps the in-place rule (always, on a profile without the flag)."""
     if not profile.modifies_inputs:
         return True
-    return not violations(profile, actions, options)
+    return not violations(profile, actions, options, swap_wait)
 
 
 def describe(profile: Profile, j: int, clause: str, action: Action, below: Action | None) -> str:
@@ -112,6 +120,14 @@ def describe(profile: Profile, j: int, clause: str, action: Action, below: Actio
             "start from the changed value (the in-place rule, docs/cost-model.md); keep it "
             "whole, or swap or recompute the layer below"
         )
+    if clause == COPY_RACE:
+        return (
+            f"{here}: a layer that modifies its input in place and is replayed (got "
+            f"{action.value}{', an option' if action is KEEP else ''}) above a swapped layer "
+            f"({where(j - 1, names[j - 1])}) must wait for its copy out (swap_wait of layer "
+            f"{j - 1} must be {j}): the copy would race the change (the in-place rule, "
+            "docs/cost-model.md)"
+        )
     return (
         f"{here}: a layer that modifies its input in place must be replayed (recomputed or "
         f"partial), or the layer below kept, when the layer below "
@@ -122,12 +138,15 @@ def describe(profile: Profile, j: int, clause: str, action: Action, below: Actio
 
 
 def check_runnable(
-    profile: Profile, actions: Sequence[Action], options: Sequence[str | None] | None = None
+    profile: Profile,
+    actions: Sequence[Action],
+    options: Sequence[str | None] | None = None,
+    swap_wait: Sequence[int | None] | None = None,
 ) -> None:
     """Refuse a plan that breaks the rule (`InvalidPlanError` naming the layers)."""
     if not profile.modifies_inputs:
         return
-    found = violations(profile, actions, options)
+    found = violations(profile, actions, options, swap_wait)
     if found:
         j, clause = found[0]
         below = actions[j - 1] if j > 0 else None
@@ -141,22 +160,26 @@ def repair(
     swap_wait: Sequence[int | None],
     options: Sequence[str | None] | None = None,
 ) -> tuple[list[Action], list[int | None], list[int | None], list[str | None] | None]:
-    """The plan with layers kept until it keeps the rule (unchanged when it does).
+    """The plan mended until it keeps the rule (unchanged when it does).
 
-    Each break is mended by keeping a layer: the replayed layer, whole (above a
-    kept one), or the layer below (when it is read). Layers only move to keep,
-    and keep-all keeps the rule, so this ends; a layer's `need` never grows when
-    others are kept, so the other swaps' `prefetch_at` stay valid.
+    A copy racing the change is mended by the wait (`swap_wait[j-1] = j`: only
+    `F_j` starts later); any other break by keeping a layer: the replayed layer,
+    whole (above a kept one), or the layer below (when it is read). Layers only
+    move to keep, and keep-all keeps the rule, so this ends; a layer's `need`
+    never grows when others are kept, so the other swaps' `prefetch_at` stay valid.
     """
     acts, pre, wait = list(actions), list(prefetch_at), list(swap_wait)
     opts = None if options is None else list(options)
     if not profile.modifies_inputs:
         return acts, pre, wait, opts
     while True:
-        found = violations(profile, acts, opts)
+        found = violations(profile, acts, opts, wait)
         if not found:
             return acts, pre, wait, opts
         j, clause = found[0]
+        if clause == COPY_RACE:
+            wait[j - 1] = j
+            continue
         k = j if clause == REPLAYED_ABOVE_KEPT else j - 1
         if acts[k] is SWAP:
             pre[k] = wait[k] = None

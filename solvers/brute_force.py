@@ -64,19 +64,23 @@ def _need(actions: tuple[Action, ...], i: int, saves_input: tuple[bool, ...]) ->
 def _breaks_rule(
     actions: tuple[Action, ...],
     options: tuple[str | None, ...],
+    wait: tuple[int | None, ...],
     modifies: tuple[bool, ...],
     reads: tuple[bool, ...],
 ) -> bool:
     """Whether some layer j that modifies its input in place is replayed (recomputed
     or with an option) above a kept layer (the batch below layer 0 counts as kept), or
-    is not replayed above a swapped or recomputed layer whose output is read in
-    backward (`reads[j]`: the layer below saves its output or layer j its input)."""
+    above a swapped one whose copy out F_j does not wait for, or is not replayed above
+    a swapped or recomputed layer whose output is read in backward (`reads[j]`: the
+    layer below saves its output or layer j its input)."""
     for j, flag in enumerate(modifies):
         if not flag:
             continue
         replayed = actions[j] is RECOMPUTE or options[j] is not None
         below_kept = j == 0 or actions[j - 1] is KEEP
         if replayed == below_kept and (replayed or reads[j]):
+            return True
+        if replayed and j > 0 and actions[j - 1] is SWAP and wait[j - 1] != j:
             return True
     return False
 
@@ -196,7 +200,7 @@ def brute_force(
         if tried % _CHECK_EVERY == 0 and problem.expired():
             return _stopped(problem, best, best_key, tried)
         actions, prefetch, wait, options = candidate
-        if rule and _breaks_rule(actions, options, modifies, reads):
+        if rule and _breaks_rule(actions, options, wait, modifies, reads):
             continue  # not runnable: not a plan of this profile
         tried += 1
         makespan, peak = score(actions, prefetch, wait, options=options)

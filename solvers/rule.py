@@ -20,7 +20,7 @@ from planopt.runnable import repair, runnable
 
 def runs(profile: Profile, plan: Plan) -> bool:
     """Whether `plan` keeps the in-place rule on `profile`."""
-    return runnable(profile, plan.actions, plan.options)
+    return runnable(profile, plan.actions, plan.options, plan.swap_wait)
 
 
 def repaired(profile: Profile, plan: Plan) -> Plan:

@@ -133,7 +133,7 @@ def test_every_method_plans_a_runnable_plan_that_trains_exactly(menus, fraction,
         if solution.plan is None:
             continue
         plan = solution.plan
-        assert runnable(prof, plan.actions, plan.options), (method, plan.actions)
+        assert runnable(prof, plan.actions, plan.options, plan.swap_wait), (method, plan)
         if any(o is not None and a is not KEEP for a, o in zip(plan.actions, plan.options or ())):
             continue
         _train(chain, batch, plan, prof)
@@ -162,10 +162,11 @@ def linear_setup():
 
 def test_the_rule_is_exactly_what_the_executor_refuses():
     """Every keep/swap/recompute plan of a 5-layer chain (layer 0 changes the batch in
-    place, layer 1 does not change its input): with a profile that does not carry the
-    flag (the executor's own checks decide), a plan raises RecomputeError at the first
-    forward exactly when the rule forbids it, and otherwise trains exactly; with the
-    profile the profiler made, the executor refuses it before running (InvalidPlanError)."""
+    place, layer 1 does not change its input), each forward waiting for the copy out
+    below it: with a profile that does not carry the flag (the executor's own checks
+    decide), a plan raises RecomputeError at the first forward exactly when the rule
+    forbids it, and otherwise trains exactly; with the profile the profiler made, the
+    executor refuses it before running (InvalidPlanError)."""
     chain, batch, prof = linear_setup()
     assert [layer.modifies_input for layer in prof.layers] == [True, False, True, True, True]
     blind = prof.replace_layers(
@@ -176,16 +177,65 @@ def test_the_rule_is_exactly_what_the_executor_refuses():
         acts = [ACTIONS[c] for c in word]
         need = need_indices(acts, prof)
         prefetch = [need[i] if a is SWAP else None for i, a in enumerate(acts)]
-        plan = Plan.build(acts, prefetch, profile=blind)
-        broken = violations(prof, acts)
+        wait = [i + 1 if a is SWAP and i + 1 < len(acts) else None for i, a in enumerate(acts)]
+        plan = Plan.build(acts, prefetch, wait, profile=blind)
+        broken = violations(prof, acts, None, wait)
         if broken:
             refused += 1
             executor = Executor(copy.deepcopy(chain), plan, profile=blind, loss_fn=F.cross_entropy)
             with pytest.raises(RecomputeError), executor:
                 executor(batch[0].clone(), batch[1])
-            flagged = Plan.build(acts, prefetch, profile=prof)
+            flagged = Plan.build(acts, prefetch, wait, profile=prof)
             with pytest.raises(InvalidPlanError, match="in-place rule"):
                 Executor(copy.deepcopy(chain), flagged, profile=prof, loss_fn=F.cross_entropy)
         else:
             _train(chain, batch, plan, blind)
     assert 0 < refused < 3 ** len(prof)
+
+
+# Every copy takes half a second: the copy out of layer 0 holds the queue while
+# F_1 and F_2 run, so layer 1's copy starts after F_2 changed its output.
+LATE = planopt.Device("late", math.inf, math.inf, 0.5)
+
+
+def test_a_replay_above_a_swap_waits_for_the_copy_out():
+    """Layer 2 changes its input in place and is recomputed from layer 1's copy: unless
+    F_2 waits for that copy out, the copy races the change. Before the rule's third
+    clause the planners left the wait out (nothing asked for it) and the executor,
+    which cannot see the race, trained on the changed value: other gradients."""
+    chain, batch, prof = linear_setup()
+    blind = prof.replace_layers(
+        [dataclasses.replace(layer, modifies_input=False) for layer in prof.layers]
+    )
+    acts = [SWAP, SWAP, RECOMPUTE, RECOMPUTE, RECOMPUTE]
+    need = need_indices(acts, prof)
+    prefetch = [need[0], need[1], None, None, None]
+    racing = Plan.build(acts, prefetch, profile=blind)
+    plain = copy.deepcopy(chain)
+    torch.manual_seed(1)
+    F.cross_entropy(plain(batch[0].clone()), batch[1]).backward()
+    mine = copy.deepcopy(chain)
+    executor = Executor(mine, racing, profile=blind, loss_fn=F.cross_entropy, link=LATE)
+    with executor:
+        executor(batch[0].clone(), batch[1]).backward()
+    assert not all(
+        torch.equal(p.grad, q.grad)
+        for p, q in zip(plain.parameters(), mine.parameters(), strict=True)
+    )
+    assert [j for j, _ in violations(prof, acts)] == [2]
+    with pytest.raises(InvalidPlanError, match="must wait for its copy out"):
+        Executor(copy.deepcopy(chain), Plan.build(acts, prefetch, profile=prof), profile=prof)
+    waiting = Plan.build(acts, prefetch, [None, 2, None, None, None], profile=prof)
+    assert runnable(prof, acts, None, waiting.swap_wait)
+    _train_linked(chain, batch, waiting, prof)
+
+
+def _train_linked(chain, batch, plan, prof):
+    plain, mine = copy.deepcopy(chain), copy.deepcopy(chain)
+    torch.manual_seed(1)
+    F.cross_entropy(plain(batch[0].clone()), batch[1]).backward()
+    executor = Executor(mine, plan, profile=prof, loss_fn=F.cross_entropy, link=LATE)
+    with executor:
+        executor(batch[0].clone(), batch[1]).backward()
+    for p, q in zip(plain.parameters(), mine.parameters(), strict=True):
+        assert torch.equal(p.grad, q.grad)
