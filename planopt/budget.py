@@ -38,8 +38,8 @@ from planopt.budget_grammar import (
 from planopt.bundled import resolve_profile
 from planopt.errors import BudgetError, show
 from planopt.plan import KEEP, SWAP, Plan, need_indices
-from planopt.runnable import repair
 from planopt.profile import Profile
+from planopt.runnable import repair
 from planopt.simulate import Scorer, keep_all_peak
 
 # The grammar's names, read here by older callers (`planopt.budget_grammar` has them).

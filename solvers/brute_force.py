@@ -192,9 +192,7 @@ def brute_force(
     candidates = enumerate_raw_v3(n, with_swap_wait=with_swap_wait, saves_input=flags, menus=menus)
     layers = problem.profile.layers
     modifies = tuple(layer.modifies_input for layer in layers)
-    reads = tuple(
-        j > 0 and (layers[j - 1].saves_output or layers[j].saves_input) for j in range(n)
-    )
+    reads = tuple(j > 0 and (layers[j - 1].saves_output or layers[j].saves_input) for j in range(n))
     rule = any(modifies)
     for candidate in candidates:
         if tried % _CHECK_EVERY == 0 and problem.expired():

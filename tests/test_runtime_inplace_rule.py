@@ -68,9 +68,7 @@ def conv_setup(menus: bool = False):
         }
     )
     batch = (torch.randn(2, 3, 8, 8), torch.randint(10, (2,)))
-    prof = profile(
-        chain, batch, F.cross_entropy, iterations=1, warmup=0, link=SLOW, menus=menus
-    )
+    prof = profile(chain, batch, F.cross_entropy, iterations=1, warmup=0, link=SLOW, menus=menus)
     unit = prof.replace_layers(
         [dataclasses.replace(layer, fwd=1.0, bwd=1.0) for layer in prof.layers]
     )
@@ -108,8 +106,10 @@ def _methods():
 
 @pytest.mark.parametrize(
     ("menus", "fraction", "least"),
-    [(False, "70%", 2), (False, "50%", 0), (False, "30%", 0)]
-    + [(True, "70%", 6), (True, "50%", 2), (True, "30%", 0)],
+    [
+        *((False, fraction, least) for fraction, least in (("70%", 2), ("50%", 0), ("30%", 0))),
+        *((True, fraction, least) for fraction, least in (("70%", 6), ("50%", 2), ("30%", 0))),
+    ],
 )
 def test_every_method_plans_a_runnable_plan_that_trains_exactly(menus, fraction, least):
     """Before: most methods' plans here raised RecomputeError at the first forward.
@@ -134,7 +134,8 @@ def test_every_method_plans_a_runnable_plan_that_trains_exactly(menus, fraction,
             continue
         plan = solution.plan
         assert runnable(prof, plan.actions, plan.options, plan.swap_wait), (method, plan)
-        if any(o is not None and a is not KEEP for a, o in zip(plan.actions, plan.options or ())):
+        options = plan.options or (None,) * len(plan)
+        if any(o is not None and a is not KEEP for a, o in zip(plan.actions, options, strict=True)):
             continue
         _train(chain, batch, plan, prof)
         planned += 1

@@ -37,7 +37,6 @@ def rule_masks(profile: Profile) -> tuple[list[bool], list[bool]] | None:
     n = len(layers)
     no_start = [layers[a].modifies_input if a < n else False for a in range(n + 1)]
     no_top = [
-        t + 1 < n and layers[t + 1].modifies_input and reads_below(profile, t + 1)
-        for t in range(n)
+        t + 1 < n and layers[t + 1].modifies_input and reads_below(profile, t + 1) for t in range(n)
     ]
     return no_start, no_top
