@@ -18,10 +18,12 @@ end of `F_{j-1}`, a recompute regenerates it from below: both hold the value
   and `F_j` does not wait for `i`'s copy out (`swap_wait_i != j`): the copy
   of `x_j` would race the change (its copy out runs beside `F_j`).
 
-A plan that breaks it is not runnable (the executors refuse it at the first
-forward), so it is not a plan of the profile: `Plan.check` refuses it and no
+A plan that breaks it is not runnable (the executor refuses the first two at
+the first forward; the race it cannot see, and `apply` ran all three on other
+values), so it is not a plan of the profile: `Plan.check` refuses it and no
 method returns one. Keep-all is always runnable, and `repair` turns any plan
-into a runnable one by keeping layers. No torch here: the planners read it.
+into a runnable one by keeping layers (or adding the wait). No torch here:
+the planners read it.
 """
 
 from __future__ import annotations
