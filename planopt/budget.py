@@ -39,6 +39,7 @@ from planopt.bundled import resolve_profile
 from planopt.errors import BudgetError, show
 from planopt.plan import KEEP, SWAP, Plan, need_indices
 from planopt.profile import Profile
+from planopt.runnable import repair
 from planopt.simulate import Scorer, keep_all_peak
 
 # The grammar's names, read here by older callers (`planopt.budget_grammar` has them).
@@ -103,7 +104,12 @@ def min_budget(profile: Profile | str) -> int:
 
 
 def min_memory_plan(profile: Profile | str) -> Plan:
-    """A plan whose peak is exactly `min_budget(profile)` (the bound's witness)."""
+    """A plan whose peak is exactly `min_budget(profile)` (the bound's witness).
+
+    Where layers change their input in place, all-swap may break the in-place
+    rule: the witness keeps layers until it runs (`planopt.runnable.repair`),
+    and its peak may then exceed the bound (`min_budget_info` says so).
+    """
     profile = resolve_profile(profile)
     n = len(profile.layers)
     actions = [SWAP] * n
@@ -112,6 +118,7 @@ def min_memory_plan(profile: Profile | str) -> Plan:
     need = need_indices(actions, profile)
     prefetch = [need[i] if i < n - 1 else None for i in range(n)]
     wait = [i + 1 if i < n - 1 else None for i in range(n)]
+    actions, prefetch, wait, _ = repair(profile, actions, prefetch, wait)
     return Plan.build(actions, prefetch, wait, profile=profile)
 
 

@@ -6,7 +6,9 @@ A `planopt.profile/1` document is read as the spec's version-1 reading
 (`Layer.v1`: its one saved size is the layer's output, read by its own
 backward). Writers emit the oldest version that holds the data, so older
 readers keep working: a profile without menus or negative scratch as /2,
-else /3; a plan without options as `planopt.plan/1`, else /2.
+else /3; a plan without options as `planopt.plan/1`, else /2. A layer's
+optional `modifies_input` (/2 and /3, written only when true) says its
+forward changes its input in place (the in-place rule, `planopt.runnable`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ _LAYER_OPTIONAL = (
     "fwd_work_bytes",
     "bwd_work_bytes",
     "signature",
+    "modifies_input",
 )
 _V3_LAYER_OPTIONAL = (*_LAYER_OPTIONAL, "options")
 _OPTION_REQUIRED = ("name", "saved_bytes", "recompute")
@@ -170,6 +173,7 @@ def _layer_v2(raw: dict, at: str, v3: bool = False) -> Layer:
         bwd_work_bytes=scratch,
         signature=raw.get("signature"),
         options=_options(raw, at) if v3 else (),
+        modifies_input=raw.get("modifies_input", False),
     )
 
 
@@ -278,6 +282,8 @@ def _layer_to_dict(layer: Layer) -> dict[str, Any]:
         "bwd_work_bytes": layer.bwd_work_bytes,
         "signature": layer.signature,
     }
+    if layer.modifies_input:  # written only when set: older files read back unchanged
+        out["modifies_input"] = True
     if layer.options:
         out["options"] = [
             {

@@ -14,6 +14,7 @@ from planopt.action import KEEP, RECOMPUTE, SWAP, Action, parse_action
 from planopt.errors import InvalidPlanError, InvalidProfileError, ProfileMismatchError, show, where
 from planopt.need import block_step, need_indices, reads_input, recompute_runs
 from planopt.profile import Profile
+from planopt.runnable import check_runnable
 
 
 @dataclass(frozen=True)
@@ -194,7 +195,8 @@ class Plan:
         return sum(1 for a in self.actions if a is action)
 
     def check(self, profile: Profile) -> None:
-        """Refuse this plan for `profile`: another fingerprint, wrong length or names.
+        """Refuse this plan for `profile`: another fingerprint, wrong length or names,
+        a copy back issued too early, or the in-place rule broken (`planopt.runnable`).
 
         The fingerprint is checked first: a plan made for another profile is
         refused as such, whatever else (its length) differs.
@@ -233,6 +235,7 @@ class Plan:
                         f"[{need[i]}, {n - 1}] (need({i}) under this profile), "
                         f"got {self.prefetch_at[i]}"
                     )
+        check_runnable(profile, self.actions, self.options, self.swap_wait)
 
     def for_profile(self, profile: Profile) -> Plan:
         """This plan checked against `profile`, carrying its names and fingerprint."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
@@ -9,6 +10,7 @@ from typing import Any
 
 from planopt.plan import Action, Plan
 from planopt.profile import Profile
+from planopt.runnable import runnable
 from planopt.simulate import Scorer, Timing
 from planopt.work import SIMULATION_UNITS_PER_LAYER, WorkMeter
 
@@ -20,12 +22,17 @@ class MeteredScorer:
     is counted, not timed: a search stopped by its work limit stops at the
     same candidate on any machine. Everything but the scoring calls is the
     underlying scorer's (the profile's numbers as flat lists).
+
+    A plan that breaks the in-place rule (`planopt.runnable`) is no plan of the
+    profile: `score` gives it an infinite makespan and peak, so it fits no
+    budget and no search keeps it (it is charged as a simulation all the same).
     """
 
     def __init__(self, base: Scorer, meter: WorkMeter) -> None:
         self.base = base
         self.meter = meter
         self.cost = base.n * SIMULATION_UNITS_PER_LAYER
+        self.rule = base.profile.modifies_inputs  # the in-place rule applies
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.base, name)
@@ -58,13 +65,14 @@ class MeteredScorer:
     ) -> tuple[float, int]:
         """Charged in full before it runs, so a `stop` (a deadline) never changes the work."""
         self.meter.charge(self.cost)
+        if self.rule and not runnable(self.base.profile, actions, options, swap_wait):
+            return math.inf, math.inf  # type: ignore[return-value]
         return self.base.score(
             actions, prefetch_at, swap_wait, free_copies, stop=stop, options=options
         )
 
     def score_plan(self, plan: Plan) -> tuple[float, int]:
-        self.meter.charge(self.cost)
-        return self.base.score_plan(plan)
+        return self.score(plan.actions, plan.prefetch_at, plan.swap_wait, options=plan.options)
 
     def makespan(
         self, actions, prefetch_at, swap_wait, free_copies: Collection[int] = (), options=None

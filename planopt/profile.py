@@ -70,6 +70,10 @@ class Layer:
     allocates. `Layer.v1(...)` builds the version-1 reading of one number.
     Version 3 adds `options` (the layer's menu of partial options) and lets
     `bwd_work_bytes` be negative, down to the floor `Profile` checks.
+    `modifies_input`: the forward changes `x_i` in place (a block that starts
+    with `ReLU(inplace=True)`); it restricts the runnable plans
+    (`planopt.runnable`, cost model "The in-place rule"). False by default, so
+    every existing profile means what it meant.
     """
 
     name: str
@@ -85,6 +89,7 @@ class Layer:
     bwd_work_bytes: int = 0
     signature: str | None = None
     options: tuple[LayerOption, ...] = ()
+    modifies_input: bool = False
 
     @classmethod
     def v1(
@@ -119,6 +124,7 @@ class Layer:
             and self.bwd_work_bytes >= 0
             and self.saves_output
             and not self.saves_input
+            and not self.modifies_input
             and self.input_grad_bytes == 0
             and self.param_grad_bytes == 0
         )
@@ -165,6 +171,7 @@ class Layer:
             bwd_work_bytes=check_signed_bytes(self.bwd_work_bytes, f"{at}: bwd_work_bytes"),
             signature=self.signature,
             options=check_options(self.options, at, saved),
+            modifies_input=_check_flag(self.modifies_input, f"{at}: modifies_input"),
         )
 
 
@@ -281,6 +288,11 @@ class Profile:
         return any(layer.is_v3 for layer in self.layers)
 
     @cached_property
+    def modifies_inputs(self) -> bool:
+        """Whether any layer modifies its input in place (the in-place rule applies)."""
+        return any(layer.modifies_input for layer in self.layers)
+
+    @cached_property
     def has_options(self) -> bool:
         """Whether any layer has a menu of partial options."""
         return any(layer.options for layer in self.layers)
@@ -334,6 +346,8 @@ class Profile:
                 ]
                 for layer in self.layers
             ]
+        if self.modifies_inputs:  # it changes which plans run (the in-place rule)
+            payload["modifies_input"] = [layer.modifies_input for layer in self.layers]
         text = json.dumps(payload, separators=(",", ":"), allow_nan=True)
         return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:32]
 

@@ -7,6 +7,10 @@ form is itself budget-driven): when its plan does not fit it answers
 table can show where each rule stops working (proven: a fixed rule's space is
 its one plan). sqrt-n searches segmentations: when none fits it proves
 nothing and answers `Status.NO_PLAN`.
+
+On a profile whose layers change their input in place, a rule's plan that
+breaks the in-place rule is mended by keeping layers (`solvers.rule`): the
+rule's own plan would not run; the message says how many were kept.
 """
 
 from __future__ import annotations
@@ -20,12 +24,16 @@ from planopt.plan import KEEP, RECOMPUTE, SWAP, Action, Plan
 from planopt.problem import Problem
 from planopt.profile import Layer
 from planopt.result import SolverOutput, Status
+from solvers.rule import kept_note, repaired, repaired_actions
 
 
 def _fit(problem: Problem, plan: Plan, method: str, detail: str = "") -> SolverOutput:
-    """FEASIBLE with `plan` when its simulated peak fits, else INFEASIBLE saying by how much."""
+    """FEASIBLE with `plan` (mended to keep the in-place rule) when its simulated peak
+    fits, else INFEASIBLE saying by how much."""
+    mended = repaired(problem.profile, plan)
+    suffix = (f" ({detail})" if detail else "") + kept_note(plan, mended)
+    plan = mended
     _, peak = problem.scorer.score_plan(plan)
-    suffix = f" ({detail})" if detail else ""
     if problem.fits(peak):
         return SolverOutput(plan, Status.FEASIBLE, message=f"{method}{suffix}")
     return SolverOutput(
@@ -148,7 +156,7 @@ def sqrt_n(problem: Problem, *, segments: int | None = None) -> SolverOutput:
         if key in seen:
             continue
         seen.add(key)
-        actions = _segment_actions(n, checkpoints)
+        actions = repaired_actions(problem.profile, _segment_actions(n, checkpoints))
         none = [None] * n
         makespan, peak = scorer.score(actions, none, none)
         if lowest_peak is None or peak < lowest_peak[0]:

@@ -13,6 +13,11 @@ swapped layers with a menu in `itertools.product` order, each layer trying
 the whole layer (None) first, then its menu in order; within those, swapped
 layers in index order, each trying `prefetch_at` ascending and, for each,
 `swap_wait` None first, then ascending.
+
+A profile whose layers modify their input in place (`Layer.modifies_input`)
+admits only the plans that keep the in-place rule (cost model, "The in-place
+rule"); the enumeration skips the others, by `_breaks_rule`, written here
+from the rule's text rather than borrowed from `planopt.runnable`.
 """
 
 from __future__ import annotations
@@ -54,6 +59,30 @@ def _need(actions: tuple[Action, ...], i: int, saves_input: tuple[bool, ...]) ->
         step = top + 1 if top + 1 < n and saves_input[top + 1] else top
         need = max(need, step)
     return need
+
+
+def _breaks_rule(
+    actions: tuple[Action, ...],
+    options: tuple[str | None, ...],
+    wait: tuple[int | None, ...],
+    modifies: tuple[bool, ...],
+    reads: tuple[bool, ...],
+) -> bool:
+    """Whether some layer j that modifies its input in place is replayed (recomputed
+    or with an option) above a kept layer (the batch below layer 0 counts as kept), or
+    above a swapped one whose copy out F_j does not wait for, or is not replayed above
+    a swapped or recomputed layer whose output is read in backward (`reads[j]`: the
+    layer below saves its output or layer j its input)."""
+    for j, flag in enumerate(modifies):
+        if not flag:
+            continue
+        replayed = actions[j] is RECOMPUTE or options[j] is not None
+        below_kept = j == 0 or actions[j - 1] is KEEP
+        if replayed == below_kept and (replayed or reads[j]):
+            return True
+        if replayed and j > 0 and actions[j - 1] is SWAP and wait[j - 1] != j:
+            return True
+    return False
 
 
 def enumerate_raw(
@@ -161,11 +190,17 @@ def brute_force(
     flags = tuple(layer.saves_input for layer in problem.profile.layers)
     menus = tuple(tuple(o.name for o in layer.options) for layer in problem.profile.layers)
     candidates = enumerate_raw_v3(n, with_swap_wait=with_swap_wait, saves_input=flags, menus=menus)
+    layers = problem.profile.layers
+    modifies = tuple(layer.modifies_input for layer in layers)
+    reads = tuple(j > 0 and (layers[j - 1].saves_output or layers[j].saves_input) for j in range(n))
+    rule = any(modifies)
     for candidate in candidates:
         if tried % _CHECK_EVERY == 0 and problem.expired():
             return _stopped(problem, best, best_key, tried)
-        tried += 1
         actions, prefetch, wait, options = candidate
+        if rule and _breaks_rule(actions, options, wait, modifies, reads):
+            continue  # not runnable: not a plan of this profile
+        tried += 1
         makespan, peak = score(actions, prefetch, wait, options=options)
         smallest_peak = min(smallest_peak, peak)
         if problem.fits(peak) and (makespan, peak) < best_key:

@@ -98,6 +98,7 @@ from planopt.errors import SolverOptionError
 from planopt.plan import KEEP, RECOMPUTE, SWAP, Action, Plan, need_indices
 from planopt.problem import Problem
 from planopt.result import SolverOutput, Status
+from planopt.runnable import repair
 from planopt.simulate import STOP_EVERY, SimulationStopped, Timing
 from solvers.baselines import all_swap_actions
 from solvers.pooch_menus import take_options
@@ -276,8 +277,15 @@ class _Greedy:
     # -- start and stage 4 ---------------------------------------------------
 
     def start(self, w: _Work) -> None:
-        """Leave all-swap (`w`) when it fits, else make `w` the stage-4 plan."""
+        """Leave all-swap (`w`) when it fits, else make `w` the stage-4 plan.
+
+        Where layers change their input in place, all-swap is first mended to
+        keep the in-place rule (`planopt.runnable.repair`: the layers it needs
+        kept), so that every plan the stages try from it can run.
+        """
         n = self.n
+        mended = repair(self.problem.profile, w.actions, w.prefetch, w.wait, w.options)
+        w.actions[:], w.prefetch[:], w.wait[:] = mended[:3]
         if self.fits(w):
             self.found = True
             return

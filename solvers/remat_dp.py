@@ -39,6 +39,7 @@ from solvers.remat.minpeak import min_peak
 from solvers.remat.optimum import solve_room
 from solvers.remat.pychain import PyChain
 from solvers.remat.reach import REACH_MAX_LAYERS, longest_runs, reach
+from solvers.remat.rule import room_cap
 from solvers.remat.short import SHORT_LAYERS
 from solvers.starters import charge_starters, may_start, starters_problem
 
@@ -56,7 +57,7 @@ def solve_certified(
     floor = budget_floor(profile)
     if math.floor(problem.budget) < floor:  # far below the space's minimum: no model needed
         return _infeasible(problem, f"at least {floor} bytes (a lower bound from the layers)"), None
-    room = math.floor(problem.budget) - profile.static_bytes
+    room = room_cap(math.floor(problem.budget) - profile.static_bytes)
     charge, expired = problem.meter.charge, problem.expired
     walk = None
     if SHORT_LAYERS < len(profile.layers) <= REACH_MAX_LAYERS:
@@ -113,7 +114,7 @@ def _solve_menus(problem: Problem) -> SolverOutput:
     """The keep/option/recompute optimum of a profile with menus (`solvers.remat.menus`)."""
     profile = problem.profile
     chain = MenuChain(profile)
-    room = math.floor(problem.budget) - profile.static_bytes
+    room = room_cap(math.floor(problem.budget) - profile.static_bytes)
     # The whole-layer optimum (the v2 DP, fast) is a plan of this space: the
     # incumbent that prunes the labels.
     bare = profile.replace_layers([dataclasses.replace(x, options=()) for x in profile.layers])

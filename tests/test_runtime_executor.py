@@ -274,7 +274,9 @@ def test_input_changed_in_place_after_its_owner_was_swapped_is_an_error():
     """Layer 1 applies an in-place ReLU to its input, then saves it (its Linear).
 
     Swapped, layer 0's output was copied at the end of F_0, before the
-    change: the copy back would give B_1 the wrong value, so the step stops.
+    change: the copy back would give B_1 the wrong value, so the step stops
+    (with the profiler's profile, which flags layer 1's `modifies_input`, the
+    plan is refused as the executor is built: the in-place rule).
     Kept, autograd holds the changed tensor itself, as in plain PyTorch.
     """
     torch.manual_seed(0)
@@ -288,6 +290,12 @@ def test_input_changed_in_place_after_its_owner_was_swapped_is_an_error():
     loss_fn = torch.nn.functional.mse_loss
     prof = profile(chain, batch, loss_fn, iterations=1, warmup=0, link=INSTANT)
     assert prof.layers[1].saves_input
+    assert [layer.modifies_input for layer in prof.layers] == [False, True]
+    with pytest.raises(InvalidPlanError, match="in-place rule"):
+        Executor(chain, Plan.build([SWAP, KEEP], [1, None], profile=prof), profile=prof)
+    prof = prof.replace_layers(
+        [dataclasses.replace(layer, modifies_input=False) for layer in prof.layers]
+    )
     swap = Plan.build([SWAP, KEEP], [1, None], profile=prof)
     ex = Executor(chain, swap, profile=prof, loss_fn=loss_fn)
     with pytest.raises(RecomputeError, match=r"layer 1 \(act\): a layer that modifies its input"):

@@ -284,13 +284,25 @@ def test_an_option_on_a_layer_that_changes_its_input_in_place():
     option = prof.layers[1].options[0].name
     plain = copy.deepcopy(chain)
     train_step(plain, batch, F.mse_loss)
+    assert [layer.modifies_input for layer in prof.layers] == [False, True, False]
+    # the profile flags layer 1: the plan breaks the in-place rule, refused as it is checked
+    with pytest.raises(InvalidPlanError, match="in-place rule"):
+        Plan.build([KEEP, KEEP, KEEP], options=[None, option, None], profile=prof)
+    blind = prof.replace_layers(
+        [dataclasses.replace(layer, modifies_input=False) for layer in prof.layers]
+    )
     for below in (KEEP, SWAP, RECOMPUTE):
-        plan = Plan.build([below, KEEP, KEEP], options=[None, option, None], profile=prof)
+        # a swap's copy out is waited for by F_1 (the copy would race the change)
+        wait = [1 if below is SWAP else None, None, None]
         mine = copy.deepcopy(chain)
         if below is KEEP:
+            plan = Plan.build([below, KEEP, KEEP], options=[None, option, None], profile=blind)
             with pytest.raises(RecomputeError, match="must not take a partial option"):
-                train_step(mine, batch, F.mse_loss, plan, prof)
+                train_step(mine, batch, F.mse_loss, plan, blind)
             continue
+        plan = Plan.build(
+            [below, KEEP, KEEP], None, wait, options=[None, option, None], profile=prof
+        )
         train_step(mine, batch, F.mse_loss, plan, prof)
         for p, q in zip(plain.parameters(), mine.parameters(), strict=True):
             assert torch.equal(p.grad, q.grad), below

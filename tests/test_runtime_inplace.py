@@ -16,6 +16,7 @@ tracker (memory within the fidelity tolerance).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import math
 
@@ -28,7 +29,7 @@ from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 import planopt  # noqa: E402
-from planopt import Plan  # noqa: E402
+from planopt import InvalidPlanError, Plan  # noqa: E402
 from planopt.plan import KEEP, RECOMPUTE, SWAP, need_indices  # noqa: E402
 from planopt.runtime import Chain, Executor, RecomputeError  # noqa: E402
 from planopt.runtime.measure import measure  # noqa: E402
@@ -53,14 +54,28 @@ def setup():
     batch = (torch.randn(4, 6), torch.randint(3, (4,)))
     prof = profile(chain, batch, F.cross_entropy, iterations=1, warmup=0, link=INSTANT)
     assert all(layer.saves_input for layer in prof.layers[1:])
+    assert [layer.modifies_input for layer in prof.layers] == [False, True, True, True, True]
     return chain, batch, prof
 
 
 def _plan(prof, actions: str) -> Plan:
+    """The plan, each swap's copy out waited for by the next forward (the in-place
+    rule: a replay above a swap must not race its copy)."""
     acts = [ACTIONS[c] for c in actions]
     need = need_indices(acts, prof)
+    n = len(acts)
     return Plan.build(
-        acts, [need[i] if a is SWAP else None for i, a in enumerate(acts)], profile=prof
+        acts,
+        [need[i] if a is SWAP else None for i, a in enumerate(acts)],
+        [i + 1 if a is SWAP and i + 1 < n else None for i, a in enumerate(acts)],
+        profile=prof,
+    )
+
+
+def _blind(prof):
+    """The profile without `modifies_input`: the executor's own checks decide."""
+    return prof.replace_layers(
+        [dataclasses.replace(layer, modifies_input=False) for layer in prof.layers]
     )
 
 
@@ -96,10 +111,17 @@ def test_runnable_plans_train_exactly_and_fit_the_prediction(actions):
     ],
 )
 def test_plans_that_would_train_on_other_values_are_refused_at_the_first_forward(actions, rule):
-    """Before: RecomputeError for swaps, torch's leaf-Variable error in the block for krrrr."""
+    """Before: RecomputeError for swaps, torch's leaf-Variable error in the block for krrrr.
+
+    The profiler flags the layers (`modifies_input`), so the executor refuses the plan
+    as it is built (the in-place rule, `planopt.runnable`); with a profile that does
+    not say so, it still refuses at the first forward."""
     chain, batch, prof = setup()
+    with pytest.raises(InvalidPlanError, match="in-place rule"):
+        Executor(copy.deepcopy(chain), _plan(prof, actions), profile=prof)
+    blind = _blind(prof)
     mine = copy.deepcopy(chain)
-    executor = Executor(mine, _plan(prof, actions), profile=prof, loss_fn=F.cross_entropy)
+    executor = Executor(mine, _plan(blind, actions), profile=blind, loss_fn=F.cross_entropy)
     with pytest.raises(RecomputeError, match=rule), executor:
         executor(batch[0].clone(), batch[1])
     assert executor.last_step is not None and executor.last_step.held_at_end == 0

@@ -90,7 +90,7 @@ def test_positions_are_the_calls_apply_s_policy_gets(family, monkeypatch):
     traced = [o.op for o in block_trace(model, batch, block, repeats=1).ops]
     calls: list[list[str]] = []
 
-    def recording(policy):
+    def recording(policy, output_changed=False):
         from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
         seen: list[str] = []

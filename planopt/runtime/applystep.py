@@ -309,7 +309,9 @@ class PlanStep:
             if action is SWAP:
                 raise NotImplementedError  # refused by apply's checks
             run = self.open_run = Run(self, r, r)
-            run.open(x, functools.partial(sac_context, option), early_stop=OPTION_EARLY_STOP)
+            changed = self.sched.output_changed[r]  # the block above changes it in place
+            context = functools.partial(sac_context, option, output_changed=changed)
+            run.open(x, context, early_stop=OPTION_EARLY_STOP)
             run.record(original, args, kwargs)
             out = original(*args, **kwargs)
             run.close()

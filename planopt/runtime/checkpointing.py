@@ -79,11 +79,15 @@ def buffers_kept(modules) -> Iterator[None]:
                 buf.copy_(value)
 
 
-def sac_context(policy: tuple[int, ...]):
+def sac_context(policy: tuple[int, ...], output_changed: bool = False):
     """Selective checkpoint contexts saving exactly the op positions in `policy`.
 
     The one policy function is `planopt.runtime.sac.SavePositions` (the
     chain executor's option regions use it too); torch calls it only in the
     forward (the replay reads SAC's cache by index), so one counter serves.
+    `output_changed`: the block above changes this block's output in place
+    (`planopt.runtime.sac.sac_context` says why SAC may let that entry change).
     """
-    return create_selective_checkpoint_contexts(SavePositions(policy))
+    return create_selective_checkpoint_contexts(
+        SavePositions(policy), allow_cache_entry_mutation=output_changed
+    )

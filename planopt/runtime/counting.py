@@ -136,8 +136,11 @@ class TrainingStep:
             at(f"F_{i}")
             start = probe.current()
             probe.reset_peak()
+            version = h._version
             with saved_tensors_hooks(pack, _identity):
                 out = self.layer(i, h)
+            # Its input changed in place (its version counter moved): the in-place rule.
+            counts.modifies_input[i] = h._version != version
             grown = probe.peak() - start
             _check_output(chain, i, h, out, static)
             saves.classify(out)

@@ -21,6 +21,7 @@ class Counts:
         self.saved = [0] * n
         self.saves_input = [False] * n
         self.saves_output = [False] * n
+        self.modifies_input = [False] * n  # F_i changed x_i in place (the in-place rule)
         self.input_grad = [0] * n
         self.param_grad = [0] * n
         self.fwd_work = [0] * n
@@ -55,6 +56,7 @@ def chain_layers(
                 fwd_work_bytes=counts.fwd_work[i],
                 bwd_work_bytes=counts.bwd_work[i],
                 signature=None if sig is None else f"{sig}|in={dtype}{list(shape)}",
+                modifies_input=counts.modifies_input[i],
             )
         )
     return tuple(layers)

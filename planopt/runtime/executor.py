@@ -132,13 +132,14 @@ class Step:
                 if policy is None:
                     out = chain.run_layer(i, h, self.target, self.loss_fn)
                 else:  # a partial option (v3)
-                    out = partial_forward(self, i, h, policy)
+                    out = partial_forward(self, i, h, policy, sched.output_changed[i])
             layer.finish_forward(out, i in sched.bases)
             if i in sched.bases:
                 self.base_requires_grad[i] = out.requires_grad
-            if i > 0:
-                # end of F_i: x_i's forward use
+            if i > 0:  # end of F_i: x_i's forward use
                 layers[i - 1].end_forward_use(h._version, layer.action, policy is not None)
+            else:
+                layer.end_batch_use(h._version, policy is not None)
             self.steps.watch(i, out)
             h = out
         self.executor._verified()

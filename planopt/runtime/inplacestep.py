@@ -13,6 +13,8 @@ from a memory probe over its forward window and its backward step.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 from torch import nn
 from torch.autograd.graph import saved_tensors_hooks
@@ -56,6 +58,9 @@ class InstrumentedStep:
     def __init__(self, model: nn.Module, blocks: ModelBlocks, batch: Batch, loss_fn) -> None:
         self.model, self.blocks, self.batch, self.loss_fn = model, blocks, batch, loss_fn
         self.n = len(blocks) + 2
+        # Region r changed its input in place during its forward (the input's
+        # version counter moved): `Layer.modifies_input`, the in-place rule.
+        self.modified: dict[int, bool] = {}
 
     def _run(self, on_enter, on_exit) -> torch.Tensor:
         self.entered: set[int] = set()
@@ -86,7 +91,9 @@ class InstrumentedStep:
                     )
                 self.entered.add(r)
                 on_enter(r, x)
+                version = x._version
                 out = original(*args, **kwargs)
+                self.modified[r] = x._version != version
                 h = first_tensor(out)
                 if h is None:
                     raise ChainError(
@@ -218,13 +225,20 @@ class InstrumentedStep:
             finish(r)
             set_out(r, h)
             steps.watch(r, h)
+            if r + 1 == n - 1:  # the suffix's input, while the model still holds it
+                suffix_in.append((weakref.ref(h), h._version))
             regions[r + 1].input_key = storage_key(h)
             regions[r + 1].shape = (tuple(h.shape), str(h.dtype).removeprefix("torch."))
             begin(r + 1)
 
+        suffix_in: list[tuple[weakref.ref, int]] = []
         begin(0)
         with saved_tensors_hooks(pack, plain):
             loss = self._run(on_enter, on_exit)
+        for ref, version in suffix_in:
+            h = ref()
+            self.modified[n - 1] = h is not None and h._version != version
+            del h
         finish(n - 1)
         set_out(n - 1, loss)
         steps.watch(n - 1, loss)
@@ -282,6 +296,7 @@ class InstrumentedStep:
                     saved_bytes=made,
                     saves_input=flags[r][0],
                     saves_output=flags[r][1],
+                    modifies_input=self.modified.get(r, False) if r > 0 else False,
                     fwd_work_bytes=max(0, reg.grown - reg.out_bytes - made),
                     shape=reg.shape,
                 )

@@ -155,6 +155,7 @@ class LayerState:
         self.back: DeviceCopy | None = None
         self.copied_version = 0  # the output's version when it was copied out
         self.input_refs: list[Ref] = []  # refs this forward made to the layer below's output
+        self.input_version = 0  # the input's version as the forward starts
         self.released = False
 
     @property
@@ -166,6 +167,7 @@ class LayerState:
     def start_forward(self, x: torch.Tensor) -> None:
         step = self.step
         input_key = storage_key(x) if self.index > 0 else 0
+        self.input_version = x._version
         self.saves = Saves(step.static, input_key, frozenset())
 
     def pack(self, t: torch.Tensor) -> Any:
@@ -275,6 +277,16 @@ class LayerState:
                 f"this layer is {self.action.value} and the next one is {above.value} (its "
                 "copy or recomputation holds the value before the change); recompute the "
                 "next layer too, or keep this one"
+            )
+
+    def end_batch_use(self, version: int, partial: bool) -> None:
+        """End of `F_0`: a change of the batch in place is refused when layer 0 is
+        replayed (the batch is the caller's, held as a kept layer's output)."""
+        if version != self.input_version and (self.action is RECOMPUTE or partial):
+            raise RecomputeError(
+                f"{self.where}: a layer that modifies its input in place must not be "
+                "replayed (recomputed or partial) above the batch: its replay would start "
+                "from the changed batch (the in-place rule); keep it whole or swap it"
             )
 
     # -- backward -----------------------------------------------------------------

@@ -42,8 +42,11 @@ class Step(Protocol):
     loss_fn: LossFn | None
 
 
-def partial_forward(step: Step, i: int, h: torch.Tensor, policy: tuple[int, ...]) -> torch.Tensor:
-    """Layer `i`'s forward on `h` in a selective-checkpoint region saving `policy`."""
+def partial_forward(
+    step: Step, i: int, h: torch.Tensor, policy: tuple[int, ...], output_changed: bool = False
+) -> torch.Tensor:
+    """Layer `i`'s forward on `h` in a selective-checkpoint region saving `policy`
+    (`output_changed`: layer `i+1` changes the output in place, `sac_context`)."""
     chain, target, loss_fn = step.chain, step.target, step.loss_fn
     module = chain.layers[i]
     calls = [0]
@@ -64,7 +67,7 @@ def partial_forward(step: Step, i: int, h: torch.Tensor, policy: tuple[int, ...]
         run,
         h,
         use_reentrant=False,
-        context_fn=sac_context(policy),
+        context_fn=sac_context(policy, output_changed=output_changed),
         early_stop=OPTION_EARLY_STOP,
     )
 

@@ -34,6 +34,7 @@ from planopt.errors import BudgetError
 from planopt.plan import KEEP, Plan
 from planopt.profile import Device, Profile
 from planopt.result import Solution, Status
+from planopt.runnable import repair
 from planopt.runtime.apply import PlanHandle, apply
 from planopt.runtime.errors import RuntimeOptionError
 from planopt.runtime.inplace import InPlaceProfile, profile_in_place
@@ -50,7 +51,9 @@ PIN_TRIES = 4
 
 def _pinned(plan: Plan, profile: Profile) -> Plan:
     """`plan`'s actions and options on `profile`, the prefix and suffix (code around the
-    blocks) kept whole."""
+    blocks) kept whole, a swapped block's option dropped (apply runs options on kept
+    blocks only), then mended to keep the in-place rule (`planopt.runnable.repair`: a
+    block that changes its input in place may not be replayed above the kept prefix)."""
     actions = list(plan.actions)
     prefetch, wait = list(plan.prefetch_at), list(plan.swap_wait)
     options = list(plan.options) if plan.options is not None else None
@@ -58,6 +61,9 @@ def _pinned(plan: Plan, profile: Profile) -> Plan:
         actions[i], prefetch[i], wait[i] = KEEP, None, None
         if options is not None:
             options[i] = None
+    if options is not None:  # apply runs an option on a kept block only: a swap is whole
+        options = [o if a is KEEP else None for a, o in zip(actions, options, strict=True)]
+    actions, prefetch, wait, options = repair(profile, actions, prefetch, wait, options)
     return Plan.build(actions, prefetch, wait, profile=profile, options=options)
 
 

@@ -49,10 +49,20 @@ class SavePositions:
         return CheckpointPolicy.PREFER_RECOMPUTE
 
 
-def sac_context(positions: Iterable[int]) -> Callable[[], tuple]:
-    """A `context_fn` for `torch.utils.checkpoint.checkpoint` saving `positions`."""
+def sac_context(positions: Iterable[int], *, output_changed: bool = False) -> Callable[[], tuple]:
+    """A `context_fn` for `torch.utils.checkpoint.checkpoint` saving `positions`.
+
+    `output_changed`: the layer above changes this layer's output in place (its
+    `modifies_input`). SAC's cache may hold that output (an op's result it saves
+    is the region's output) and would refuse the changed entry at the replay;
+    nothing in the region reads its own output back, and `B_i` does not read it
+    (plain autograd would refuse the change otherwise), so the entry is let be.
+    Mutations inside the region are still refused where menus are measured.
+    """
     positions = tuple(positions)
-    return lambda: create_selective_checkpoint_contexts(SavePositions(positions))
+    return lambda: create_selective_checkpoint_contexts(
+        SavePositions(positions), allow_cache_entry_mutation=output_changed
+    )
 
 
 @dataclass(frozen=True, slots=True)

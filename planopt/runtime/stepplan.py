@@ -100,6 +100,10 @@ class StepPlan:
         self.saves_output = (
             [True] * n if profile is None else [layer.saves_output for layer in profile.layers]
         )
+        # The layer above changes layer i's output in place (a partial layer's SAC cache).
+        self.output_changed = [False] * n
+        if profile is not None:
+            self.output_changed[: n - 1] = [x.modifies_input for x in profile.layers[1:]]
         self.waiters: dict[int, list[int]] = {}
         self.prefetch: dict[int, list[int]] = {}
         for i in range(n):

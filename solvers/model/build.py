@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from planopt.errors import UnsupportedProfileError
 from planopt.plan import KEEP, RECOMPUTE, SWAP, Action, Plan
 from planopt.profile import Profile
+from planopt.runnable import reads_below
 from solvers.model.backward import add_backward_times, add_recompute_and_backward
 from solvers.model.copies import add_copy_back_queue
 from solvers.model.cuts import add_compute_stream_row, add_relaxation_cuts
-from solvers.model.decisions import Choices, add_decisions
+from solvers.model.decisions import Choices, add_decisions, add_inplace_rule
 from solvers.model.forward import add_forward
 from solvers.model.ir import Define, MaxEq, Model, var
 from solvers.model.memory import add_memory
@@ -138,6 +139,9 @@ def build(
     menus = [len(x.options) for x in layers]
     names = [[o.name for o in x.options] for x in layers]
     d = add_decisions(m, n, actions, with_swap_wait, choices, reads.saves_input, menus, names)
+    if profile.modifies_inputs:
+        rule_reads = [j > 0 and reads_below(profile, j) for j in range(n)]
+        add_inplace_rule(m, d, [x.modifies_input for x in layers], rule_reads)
     fwd = add_forward(m, d, f, reads)
     bt = add_backward_times(m, n, fwd.end[n - 1])
     h2d_free = add_copy_back_queue(m, d, fwd, bt, reads)

@@ -141,6 +141,30 @@ def add_decisions(
     return DecisionVars(keep, swap, rec, prefetch, wait, opt, partial, reads_in)
 
 
+def add_inplace_rule(m: Model, d: DecisionVars, modifies: Sequence[bool], reads: Sequence[bool]):
+    """The in-place rule (`planopt.runnable`) as clauses, for each layer `j` that
+    modifies its input in place: replayed (recomputed or an option) implies the layer
+    below is not kept (layer 0: never replayed), and, when the layer below is
+    swapped, that `F_j` waits for its copy out (`swap_wait[j-1] = j`; without that
+    literal, not swapped); when `reads[j]` (`x_j` has a backward reader below), not
+    replayed implies the layer below is kept."""
+    for j, flag in enumerate(modifies):
+        if not flag:
+            continue
+        replayed = [pos(d.rec[j]), *(pos(v) for v in d.opt[j])]
+        if j == 0:
+            for lit in replayed:
+                m.add(Clause((negate(lit),)))
+            continue
+        wait = d.wait[j - 1].get(j)
+        for lit in replayed:
+            m.add(Clause((negate(lit), neg(d.keep[j - 1]))))
+            race = (negate(lit), neg(d.swap[j - 1]))
+            m.add(Clause(race if wait is None else (*race, pos(wait))))
+        if reads[j]:
+            m.add(Clause((*replayed, pos(d.keep[j - 1]))))
+
+
 def _add_options(
     m: Model,
     n: int,

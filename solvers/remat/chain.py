@@ -65,6 +65,7 @@ import numpy as np
 from planopt.limits import MAX_TOTAL_BYTES
 from planopt.plan import KEEP, RECOMPUTE, Action
 from planopt.profile import Profile
+from solvers.remat.rule import FORBID, rule_masks
 
 NEG = -(1 << 62)  # "no op of positive duration here"
 _MAX_TOTAL = 1 << 60  # every sum of bytes stays exact in int64
@@ -195,6 +196,10 @@ class ChainModel:
         has_next = tops + 1 < n
         self.top_after = np.where(has_next & up, self.kb[nxt], NEG)  # B_{t+1}, minus R(k)
         self.top_before = np.where(has_next & ~up, self.bl[nxt], NEG)  # B_{t+1}, plus base
+        # The in-place rule: far edges it forbids cost FORBID (`solvers.remat.rule`).
+        masks = rule_masks(profile)
+        self._no_start = None if masks is None else np.array(masks[0], dtype=bool)
+        self._no_top = None if masks is None else np.array(masks[1], dtype=bool)
         self._table = None
         if table if table is not None else n <= TABLE_LAYERS:
             self._table = self._cost_table()
@@ -263,7 +268,17 @@ class ChainModel:
             np.where(after > NEG, after - rk, NEG), np.where(before > NEG, before + base, NEG)
         )
         costs = np.maximum(np.maximum(fwd, bwd), np.maximum(block, top))
+        if self._no_start is not None:
+            banned = self._no_start[:, None] | self._no_top[None, :]
+            costs = np.where(banned, FORBID, costs)
         return np.where(far, costs, NEG)
+
+    def _forbid(self, a, ts, costs: np.ndarray) -> np.ndarray:
+        """`costs` of far edges from nodes `a` (= k + 1) to tops `ts`, FORBID where the
+        in-place rule forbids them."""
+        if self._no_start is None:
+            return costs
+        return np.where(self._no_start[a] | self._no_top[ts], FORBID, costs)
 
     @property
     def cost_table(self) -> np.ndarray | None:
@@ -311,7 +326,8 @@ class ChainModel:
         top = np.maximum(
             np.where(after > NEG, after - rk, NEG), np.where(before > NEG, before + base, NEG)
         )
-        return np.maximum(np.maximum(fwd, bwd), np.maximum(block, top))
+        costs = np.maximum(np.maximum(fwd, bwd), np.maximum(block, top))
+        return self._forbid(a, np.arange(t0, t1 + 1), costs)
 
     def costs_at_top(self, t: int) -> np.ndarray:
         """`c(k, t)` for every node `k < t` at one run top `t` (index `k + 1`; NEG elsewhere)."""
@@ -335,7 +351,7 @@ class ChainModel:
         top = np.maximum(
             np.where(after > NEG, after - rk, NEG), np.where(before > NEG, before + base, NEG)
         )
-        out[a] = np.maximum(np.maximum(fwd, bwd), np.maximum(block, top))
+        out[a] = self._forbid(a, t, np.maximum(np.maximum(fwd, bwd), np.maximum(block, top)))
         return out
 
     def last_feasible_top(self, room: int) -> np.ndarray:

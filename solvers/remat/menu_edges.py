@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from solvers.remat.menus import NEG, MenuChain
+from solvers.remat.rule import FORBID
 
 LOW = NEG // 2  # anything below this is "no term" (NEG plus bytes)
 
@@ -107,6 +108,9 @@ class MenuEdges:
             t1, b1, c1, h1 = self._run(k, a, room)
             t0, b0 = np.concatenate((t0, t1)), np.concatenate((b0, b1))
             c0, h0 = np.concatenate((c0, c1)), np.concatenate((h0, h1))
+        if chain.rule:  # the in-place rule's forbidden edges (`MenuChain.forbidden`)
+            banned = [chain.forbidden(k, int(t), int(b)) for t, b in zip(t0, b0, strict=True)]
+            c0 = np.where(np.array(banned, dtype=bool), FORBID, c0)
         keep = c0 <= room
         t0, b0, c0, h0 = t0[keep], b0[keep], c0[keep], h0[keep]
         recompute = np.concatenate(([0.0], np.cumsum(self.fwd[k + 1 :])))  # by t - k

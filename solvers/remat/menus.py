@@ -42,6 +42,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planopt.profile import Profile
+from planopt.runnable import reads_below
+from solvers.remat.rule import FORBID
 
 NEG = -(1 << 62)  # "no op of positive duration here"
 DEAD = 1 << 62  # "no completion from here fits"
@@ -93,6 +95,27 @@ class MenuChain:
             + [(o.name, o.saved_bytes, o.recompute, o.regen_work_bytes) for o in x.options]
             for x in layers
         ]
+
+        # The in-place rule (`planopt.runnable`): per layer, whether it changes its
+        # input in place, and whether that input has a backward reader below.
+        self.rule = profile.modifies_inputs
+        self.modifies = [x.modifies_input for x in layers]
+        self.read_below = [reads_below(profile, j) for j in range(n)] if self.rule else []
+
+    def forbidden(self, k: int, t: int, b: int) -> bool:
+        """Whether segment `(k, t)` with layer `t+1` kept with choice `b` breaks the
+        in-place rule: a run starting at a layer that changes its input (its replay
+        would start from the changed value), a kept layer that changes its input
+        taking an option (a replay) right above a kept one, or kept whole right
+        above a run's top whose output is read below it."""
+        if not self.rule:
+            return False
+        j = t + 1
+        if t > k:
+            if self.modifies[k + 1]:
+                return True
+            return j < self.n and self.modifies[j] and b == 0 and self.read_below[j]
+        return j < self.n and self.modifies[j] and b > 0
 
     def reads(self, j: int, b: int) -> bool:
         """Step `j` reads its input when layer `j` (kept with choice `b`) saves it or is partial."""
@@ -165,7 +188,8 @@ class MenuChain:
             self.tb,
         )
         for b in range(len(self.choices[k + 1])) if k + 1 < n else (0,):
-            yield (k, b, *self.segment(k, a, k, b))
+            cost, held, growing = self.segment(k, a, k, b)
+            yield k, b, FORBID if self.forbidden(k, k, b) else cost, held, growing
         if k + 1 >= n:
             return
         h = self.choices[k][a][1] if k >= 0 else 0
@@ -205,6 +229,8 @@ class MenuChain:
                     else:
                         step = base
                     cost = max(cost, self._top_step(t + 1, nb, step))
+                if self.forbidden(k, t, b):
+                    cost = FORBID
                 yield t, b, cost, base, growing
 
     def _top_step(self, j: int, choice: tuple, hold: int) -> int:

@@ -18,6 +18,7 @@ import math
 
 from planopt.profile import Profile
 from solvers.remat.chain import NEG, plan_peak, plan_segments
+from solvers.remat.rule import FORBID, rule_masks
 
 
 class PyChain:
@@ -85,6 +86,9 @@ class PyChain:
         # growing terms at its last top (`grown`: every top past it costs at least
         # this; a row is extended only for a larger limit), the running maxima.
         self.rows: list[list[int]] = [[] for _ in range(n + 1)]
+        # The in-place rule: far edges it forbids cost FORBID (`solvers.remat.rule`).
+        masks = rule_masks(profile)
+        self.no_start, self.no_top = masks if masks is not None else ([False] * (n + 1), None)
         self.grown: list[int] = [NEG] * (n + 1)
         self._state: list[tuple[int, int, int] | None] = [None] * (n + 1)
 
@@ -104,6 +108,7 @@ class PyChain:
         pa = base + self.pa[x] if x < n and self.pa[x] > NEG else NEG
         kf, kb, kq, above = self.kf, self.kb, self.kq, self.above
         after, before = self.top_after, self.top_before
+        banned_row, no_top = self.no_start[x], self.no_top
         for t in range(start, n):  # (comparisons, not max(): this is the hot loop)
             if t + 1 < n and kf[t + 1] > fmax:  # F_{t+1}, reading x_{t+1}
                 fmax = kf[t + 1]
@@ -124,6 +129,8 @@ class PyChain:
                 cost = after[t] - rk
             if before[t] > NEG and before[t] + base > cost:
                 cost = before[t] + base
+            if banned_row or (no_top is not None and no_top[t]):
+                cost = FORBID  # the in-place rule forbids this segment
             costs.append(cost)
             if envelope > limit:  # no top above this one fits
                 break
