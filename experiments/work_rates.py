@@ -84,7 +84,7 @@ def isolated(fn, *args):
         code = 0
         try:
             payload = pickle.dumps((True, fn(*args)))
-        except BaseException as err:  # noqa: BLE001 - sent back and raised in the parent
+        except BaseException as err:  # sent back and raised in the parent
             payload, code = pickle.dumps((False, repr(err))), 1
         with os.fdopen(writer, "wb") as out:
             out.write(payload)
@@ -145,7 +145,10 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[float, ...]]] = {
         ("random:24:3", "vgg16-b64-a100-pcie4-roofline", "random:40:4"),
         (1.0, 3.0),
     ),
-    "recompute-only": (("random:40:3", "random:120:4"), (1.0, 3.0)),
+    "recompute-only": (
+        ("random:40:3", "random:120:4", "random:300:7", "gpt-24blk-b8-s1024-h100-pcie5-roofline"),
+        (1.0, 3.0),
+    ),
     "remat-dp": (
         (
             "gpt-24blk-b8-s1024-h100-pcie5-roofline",
@@ -156,7 +159,15 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[float, ...]]] = {
     ),
     "swap-only": (("random:24:3", "random:30:4"), (1.0, 3.0)),
     "brute-force": (("random:5:1", "random:6:2"), (1.0, 3.0)),
-    "blocks": (("gpt-12blk-b8-s1024-h100-pcie5-roofline@70%", "random:300:7"), (1.0, 3.0)),
+    "blocks": (
+        (
+            "random:40:3",
+            "gpt-12blk-b8-s1024-h100-pcie5-roofline@70%",
+            "random:300:7",
+            "gpt-48blk-b8-s1024-h100-pcie5-roofline",
+        ),
+        (1.0, 3.0),
+    ),
     "lns": (("random:300:7", "gpt-24blk-b8-s1024-h100-pcie5-roofline"), (1.0, 3.0)),
     "auto": (
         (

@@ -81,7 +81,14 @@ DEFAULT_RATE = 1.0
 # on 40 layers and 1.47 on 120 (CP-SAT's CPU per deterministic second grows
 # with the model), and at 1.2-1.4 for blocks on GPT-12 (160 layers, where a
 # simulation's fixed cost is a larger part of it) against 0.8 on 300 layers.
-SIZE_FACTORS: dict[str, tuple[tuple[int, float], ...]] = {}
+SIZE_FACTORS: dict[str, tuple[tuple[int, float], ...]] = {
+    # CP-SAT on the keep/recompute model: 0.56-0.70 CPU-s a unit on 40 layers,
+    # 1.0-1.2 on 120-160, 0.9-1.57 on 300-316, 0.91-1.03 on 628, at factor 1
+    "recompute-only": ((40, 0.63), (120, 1.08), (300, 1.22), (628, 1.1)),
+    # blocks (and auto where it picks blocks): 1.23-1.81 on 40 layers, 1.23-1.47
+    # on 120, 1.11-1.26 on GPT-12 (160), 0.92-1.25 on 300-628, at factor 1
+    "blocks": ((40, 1.5), (120, 1.35), (300, 1.15)),
+}
 
 
 def size_factor(method: str, layers: int) -> float:

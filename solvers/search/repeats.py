@@ -62,9 +62,7 @@ FRONT_UNITS_PER_PLAN = 1.5e-7
 FRONT_MIP_UNITS = 0.55
 FRONT_MIP_UNITS_PER_LAYER = 7.5e-3
 # The fronts a solve has been charged for, per solve meter (see `_front`).
-_CHARGED: weakref.WeakKeyDictionary[WorkMeter, set[tuple[int, int]]] = (
-    weakref.WeakKeyDictionary()
-)
+_CHARGED: weakref.WeakKeyDictionary[WorkMeter, set[tuple[int, int]]] = weakref.WeakKeyDictionary()
 
 
 def front_units(period: int) -> float:
