@@ -93,7 +93,9 @@ def calibration(methods: list[str] | None, saved: Path | None = None) -> list[st
         rates = sorted({r["rate"] for r in rows if r["method"] == method})
         rate = f"{METHOD_RATES[method]:g}"
         if method in SIZE_FACTORS:
-            rate += f" x size factor: {rates[0]:.3g}-{rates[-1]:.3g}"
+            rate += " x its size factor"
+        if rates[0] != METHOD_RATES[method] or rates[-1] != METHOD_RATES[method]:
+            rate += f" (ran at {rates[0]:.3g}-{rates[-1]:.3g})"
         lines.append(
             f"| {method} | {rate} | {len(ratios)} | {ratios[0]:.2f} "
             f"| {median:.2f} | {ratios[-1]:.2f} | {'yes' if ok else '**no**'} |"
