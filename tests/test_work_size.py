@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -146,6 +147,10 @@ def test_the_charge_depends_only_on_the_inputs_not_on_the_process_or_its_caches(
     for a, b in zip(*here, strict=True):
         assert a.plan == b.plan and a.work_used == b.work_used
     out = subprocess.run(
-        [sys.executable, "-c", _SOLVE, *methods], capture_output=True, text=True, check=True
+        [sys.executable, "-c", _SOLVE, *methods],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[1],  # this checkout's planopt
     ).stdout.split("\n")
     assert out[: len(methods)] == [_line(m, s) for m, s in zip(methods, here[0], strict=True)]
