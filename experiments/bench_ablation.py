@@ -90,7 +90,15 @@ VARIANTS: dict[str, Callable[[], object]] = {
     "polish on": lambda: _patched(exact, POLISH_FROM_LAYERS=1),
     "one call": lambda: _patched(exact_search, RESTART_MAX_SLICES=1),
     "slices": lambda: _patched(exact_search, RESTART_MAX_SLICES=12),
-    "no hint": lambda: _patched(exact, evaluate=lambda form, decisions: None),
+    "no hint": lambda: _patched(
+        exact,
+        search=lambda problem, form, record, used, hint: exact_search.search(
+            problem, form, record, used, None
+        ),
+        probe_relaxation_bound=lambda problem, form, record, used, hint, relaxed: (
+            exact_search.probe_relaxation_bound(problem, form, record, used, None, relaxed)
+        ),
+    ),
     "no stream row": lambda: _patched(build_module, add_compute_stream_row=lambda *a: None),
 }
 

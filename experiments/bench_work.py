@@ -5,6 +5,8 @@ Run from the repository root (about 15 minutes of CPU):
     python -m experiments.bench_work                 # writes experiments/results/work_limits.md
     python -m experiments.bench_work --methods lns --work 0.5 2 --output /tmp/w.md
     python -m experiments.bench_work --no-calibration   # the second table only
+    python -m experiments.work_rates --json /tmp/rates.jsonl   # then, without solving again:
+    python -m experiments.bench_work --calibration-from /tmp/rates.jsonl --calibration-only
 
 The first table is the calibration check: every registered method on the
 nets and work limits of `experiments.work_rates` (CPU-seconds of the
@@ -37,7 +39,7 @@ import planopt
 from experiments import work_rates
 from planopt import registry
 from planopt.testing.load import busy_cores
-from planopt.work import METHOD_RATES
+from planopt.work import METHOD_RATES, SIZE_FACTORS
 
 DEFAULT_OUTPUT = Path(__file__).parent / "results" / "work_limits.md"
 
@@ -52,19 +54,28 @@ def timed(profile, budget, method, work):
 
 
 TOLERANCE = 0.3  # the goal: one CPU-second a unit, within 30%
+PLAN_SECTION = "## Plan quality and wall time against work, quiet and loaded"
 
 
-def calibration(methods: list[str] | None) -> list[str]:
-    """The calibration table's lines: every case, then a summary per method."""
-    rows = work_rates.run(methods, log=lambda r: print(json.dumps(r), flush=True))
+def calibration(methods: list[str] | None, saved: Path | None = None) -> list[str]:
+    """The calibration table's lines: every case, then a summary per method (the rows
+    of `saved`, a JSON-lines file of `experiments.work_rates`, where given)."""
+    if saved is not None:
+        rows = [json.loads(line) for line in saved.read_text().splitlines() if line.strip()]
+        rows = [r for r in rows if not methods or r["method"] in methods]
+    else:
+        rows = work_rates.run(methods, log=lambda r: print(json.dumps(r), flush=True))
     lines = [
         "## CPU-seconds per work unit, per method",
         "",
         "Each method's raw counts (simulations, back-end work, labels, ...) are "
-        "multiplied by its own rate (`planopt.work.METHOD_RATES`) into work units. "
-        "CPU is that of the method's call (`os.times()`: this process and its "
-        "children: CP-SAT runs in a forked child, CBC as a subprocess), measured "
-        "by `experiments.work_rates` at a 40% budget; the goal is 1 CPU-second a "
+        "multiplied by its own rate into work units: `planopt.work.METHOD_RATES`, "
+        "times a factor of the net's size for the methods in `SIZE_FACTORS` (the "
+        "`rate` column below: the rate the solve ran at). CPU is that of the "
+        "method's call (`os.times()`: the process and its children: CP-SAT runs "
+        "in a forked child, CBC as a subprocess), each solve in a fresh fork of a "
+        "warmed-up process (no caches from an earlier solve), measured by "
+        "`experiments.work_rates` at a 40% budget; the goal is 1 CPU-second a "
         "unit, within 30%.",
         "",
         "| method | rate (units per count) | solves | CPU s per unit: min | median | max "
@@ -79,21 +90,28 @@ def calibration(methods: list[str] | None) -> list[str]:
         ratios.sort()
         median = statistics.median(ratios)
         ok = all(1 - TOLERANCE <= x <= 1 + TOLERANCE for x in ratios)
+        rates = sorted({r["rate"] for r in rows if r["method"] == method})
+        rate = f"{METHOD_RATES[method]:g}"
+        if method in SIZE_FACTORS:
+            rate += " x its size factor"
+        if rates[0] != METHOD_RATES[method] or rates[-1] != METHOD_RATES[method]:
+            rate += f" (ran at {rates[0]:.3g}-{rates[-1]:.3g})"
         lines.append(
-            f"| {method} | {METHOD_RATES[method]:g} | {len(ratios)} | {ratios[0]:.2f} "
+            f"| {method} | {rate} | {len(ratios)} | {ratios[0]:.2f} "
             f"| {median:.2f} | {ratios[-1]:.2f} | {'yes' if ok else '**no**'} |"
         )
     lines += [
         "",
-        "| method | net | layers | work limit | status | counts | units | CPU s | CPU s per unit |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| method | net | layers | work limit | status | rate | counts | units | CPU s "
+        "| CPU s per unit |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         per = "-" if r["cpu_per_unit"] is None else f"{r['cpu_per_unit']:.2f}"
         limit = "none" if r["work_limit"] >= 1e5 else f"{r['work_limit']:g}"
         lines.append(
             f"| {r['method']} | `{r['net']}` | {r['layers']} | {limit} | {r['status']} "
-            f"| {r['raw']:.4g} | {r['units']:.4g} | {r['cpu']:.2f} | {per} |"
+            f"| {r['rate']:.3g} | {r['raw']:.4g} | {r['units']:.4g} | {r['cpu']:.2f} | {per} |"
         )
     return [*lines, ""]
 
@@ -110,8 +128,27 @@ def main(argv: list[str] | None = None) -> int:
         "--calibrate", nargs="*", help="methods of the calibration table (default: every one)"
     )
     parser.add_argument("--no-calibration", action="store_true")
+    parser.add_argument(
+        "--calibration-from",
+        type=Path,
+        help="the calibration table from these saved rows (work_rates --json), no solves",
+    )
+    parser.add_argument(
+        "--calibration-only",
+        action="store_true",
+        help="rewrite the calibration section of --output, keep the rest of it as it is",
+    )
     args = parser.parse_args(argv)
-    calibrated = [] if args.no_calibration else calibration(args.calibrate or None)
+    calibrated = (
+        [] if args.no_calibration else calibration(args.calibrate or None, args.calibration_from)
+    )
+    if args.calibration_only:
+        kept = args.output.read_text().split(PLAN_SECTION, 1)[1] if args.output.exists() else ""
+        title = "# Work limits: what a unit costs, plan quality, and the same plan under load"
+        text = "\n".join([title, "", *calibrated]) + ("\n" + PLAN_SECTION + kept if kept else "")
+        args.output.write_text(text)
+        print(f"wrote {args.output}")
+        return 0
 
     profile = planopt.random_chain(args.layers, seed=7, family="mixed")
     rows = []
@@ -134,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         "# Work limits: what a unit costs, plan quality, and the same plan under load",
         "",
         *calibrated,
-        "## Plan quality and wall time against work, quiet and loaded",
+        PLAN_SECTION,
         "",
         f"Generated by `python -m experiments.bench_work` on {platform.node() or 'this machine'} "
         f"({os.cpu_count()} cores, Python {platform.python_version()}; 1-minute load average "

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import sys
 from dataclasses import dataclass
 
@@ -60,15 +61,52 @@ def net(name: str) -> planopt.Profile:
 
 
 def measure(case: Case) -> dict:
-    """Solve `case` once; its raw count, calibrated units, CPU seconds and status.
+    """Solve `case` once in a forked child (`isolated`); its raw count, calibrated
+    units, CPU seconds and status."""
+    return isolated(_measure, case)
 
-    A net named `NAME@BUDGET` is solved at that budget instead of the case's."""
+
+def isolated(fn, *args):
+    """`fn(*args)` in a forked child of this process, its result sent back pickled.
+
+    NOTE (why): solves cache per process what a first solve of a net builds
+    (block fronts, the relaxation's model), while the charge is the same
+    either way (it must not depend on a cache). Measured in one process, the
+    second solve of a net ran on the first one's caches and a unit looked
+    up to 2x cheaper than it was. Each child starts from the warmed-up
+    parent (imports done), with no net's caches: what one `planopt solve`
+    pays.
+    """
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: run, send, exit without running the parent's cleanup
+        os.close(reader)
+        code = 0
+        try:
+            payload = pickle.dumps((True, fn(*args)))
+        except BaseException as err:  # sent back and raised in the parent
+            payload, code = pickle.dumps((False, repr(err))), 1
+        with os.fdopen(writer, "wb") as out:
+            out.write(payload)
+        os._exit(code)
+    os.close(writer)
+    with os.fdopen(reader, "rb") as inp:
+        ok, value = pickle.loads(inp.read())
+    os.waitpid(pid, 0)
+    if not ok:
+        raise RuntimeError(f"{getattr(fn, '__name__', fn)}{args} failed in its child: {value}")
+    return value
+
+
+def _measure(case: Case) -> dict:
+    """`measure` in this process. A net named `NAME@BUDGET` is solved at that budget
+    instead of the case's."""
     name, _, budget = case.net.partition("@")
     profile = net(name)
     spec = registry.get(case.method)
     fn = spec.load()
     options = {"max_layers": len(profile.layers)} if "max_layers" in spec.options() else {}
-    rate = method_rate(spec.name)
+    rate = method_rate(spec.name, len(profile.layers))
     problem = Problem(
         profile=profile,
         budget=parse_budget(budget or case.budget, profile),
@@ -107,7 +145,10 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[float, ...]]] = {
         ("random:24:3", "vgg16-b64-a100-pcie4-roofline", "random:40:4"),
         (1.0, 3.0),
     ),
-    "recompute-only": (("random:40:3", "random:120:4"), (1.0, 3.0)),
+    "recompute-only": (
+        ("random:40:3", "random:120:4", "random:300:7", "gpt-24blk-b8-s1024-h100-pcie5-roofline"),
+        (1.0, 3.0),
+    ),
     "remat-dp": (
         (
             "gpt-24blk-b8-s1024-h100-pcie5-roofline",
@@ -118,7 +159,15 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[float, ...]]] = {
     ),
     "swap-only": (("random:24:3", "random:30:4"), (1.0, 3.0)),
     "brute-force": (("random:5:1", "random:6:2"), (1.0, 3.0)),
-    "blocks": (("gpt-12blk-b8-s1024-h100-pcie5-roofline@70%", "random:300:7"), (1.0, 3.0)),
+    "blocks": (
+        (
+            "random:40:3",
+            "gpt-12blk-b8-s1024-h100-pcie5-roofline@70%",
+            "random:300:7",
+            "gpt-48blk-b8-s1024-h100-pcie5-roofline",
+        ),
+        (1.0, 3.0),
+    ),
     "lns": (("random:300:7", "gpt-24blk-b8-s1024-h100-pcie5-roofline"), (1.0, 3.0)),
     "auto": (
         (
@@ -133,27 +182,38 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[float, ...]]] = {
 BUDGET = "40%"
 
 
-def cases(methods: list[str] | None = None) -> list[Case]:
-    """The calibration cases of `methods` (default: every registered method listed above)."""
+def cases(
+    methods: list[str] | None = None,
+    nets: list[str] | None = None,
+    works: list[float] | None = None,
+) -> list[Case]:
+    """The calibration cases of `methods` (default: every registered method listed
+    above), on `nets` and `works` instead of each method's own where given."""
     names = methods or list(CASES)
     return [
         Case(m, n, BUDGET, w)
         for m in names
         if m in registry.available()
-        for n in CASES[m][0]
-        for w in CASES[m][1]
+        for n in nets or CASES[m][0]
+        for w in works or CASES[m][1]
     ]
 
 
 def warm_up(method: str) -> None:
-    """Import and run `method` once on a small net, so no row pays for first imports."""
-    measure(Case(method, "random:6:0", "60%", 0.05))
+    """Import and run `method` once on a small net in this process, so no row (each a
+    fork of it) pays for first imports."""
+    _measure(Case(method, "random:6:0", "60%", 0.05))
 
 
-def run(methods: list[str] | None = None, log=None) -> list[dict]:
-    """Every calibration case of `methods`, each method warmed up first."""
+def run(
+    methods: list[str] | None = None,
+    log=None,
+    nets: list[str] | None = None,
+    works: list[float] | None = None,
+) -> list[dict]:
+    """Every calibration case of `methods` (see `cases`), each method warmed up first."""
     rows, warmed = [], set()
-    for case in cases(methods):
+    for case in cases(methods, nets, works):
         if case.method not in warmed:
             warm_up(case.method)
             warmed.add(case.method)
@@ -166,6 +226,8 @@ def run(methods: list[str] | None = None, log=None) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", nargs="+")
+    parser.add_argument("--nets", nargs="+", help="these nets instead of each method's own")
+    parser.add_argument("--work", nargs="+", type=float, help="these work limits instead")
     parser.add_argument("--json", help="append each row to this file too")
     args = parser.parse_args(argv)
 
@@ -176,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             with open(args.json, "a") as handle:
                 handle.write(line + "\n")
 
-    run(args.methods, log)
+    run(args.methods, log, args.nets, args.work)
     return 0
 
 

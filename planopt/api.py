@@ -125,7 +125,7 @@ def solve(
         time_limit=limit,
         deadline=None if limit is None else started + limit - _finish_reserve(limit, profile),
         work_limit=work,
-        meter=WorkMeter.calibrated(work, method_rate(spec.name)),
+        meter=WorkMeter.calibrated(work, method_rate(spec.name, len(profile.layers))),
     )
     out: SolverOutput = fn(problem, **options)
     elapsed = time.monotonic() - started

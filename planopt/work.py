@@ -1,9 +1,9 @@
 """Deterministic work: what a search spends, counted so that any machine counts the same.
 
 NOTE (the unit): one **work unit** is, by calibration, one CPU-second of
-this project's reference machine (a 2-core x86-64 CI box): within 30% for
-10 of the 14 registered methods, 0.3-1.7 still for recompute-only, blocks,
-auto and lower-bound (docs/solvers.md, "The unit"). It is charged from
+this project's reference machine (a 2-core x86-64 CI box), within 30% per
+method (experiments/results/work_limits.md says which still miss it; docs/
+solvers.md, "The unit"). It is charged from
 counts, never from a clock, so a solve stopped by its work limit stops at
 the same point on any machine under any load. Two layers:
 
@@ -13,7 +13,8 @@ the same point on any machine under any load. Two layers:
   `UNITS_PER_DETERMINISTIC_SECOND` a second); the MIP/LP back-ends their
   simplex iterations and nodes, the dynamic program its labels, at the
   rates in their modules;
-* **a rate per method** (`METHOD_RATES`): what one raw count of that
+* **a rate per method** (`METHOD_RATES`, times a factor of the net's
+  size, `SIZE_FACTORS`): what one raw count of that
   method cost in CPU-seconds, measured on the reference machine by
   `experiments/work_rates.py` over several nets and limits (the figures:
   experiments/results/work_limits.md). A solve's meter is
@@ -33,6 +34,7 @@ the solve's total is always the sum of what its parts spent.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -50,7 +52,9 @@ METHOD_RATES: dict[str, float] = {
     # baselines: a simulation or a few, plus building the plan (per layer)
     "keep-all": 3.5,
     "all-swap": 4.3,
-    "sqrt-n": 0.74,
+    # NOTE: 0.74 until the simulator's menus (v3) made its two simulations and
+    # its plan cost more: 1.57-1.66 CPU-s a unit at 0.74 on 20,000-50,000 layers
+    "sqrt-n": 1.19,
     "superneurons": 7.6,
     "pooch": 1.0,
     # the exact methods: starters, relaxation, CP-SAT (3.4 counts a deterministic second)
@@ -70,10 +74,44 @@ METHOD_RATES: dict[str, float] = {
 # A method registered at run time without a rate of its own: its counts are its units.
 DEFAULT_RATE = 1.0
 
+# How a method's rate changes with the net's size (issue 25, item 12): points
+# `(layers, factor)` measured by experiments/work_rates.py, the rate at L layers
+# being `METHOD_RATES[method]` times the factor interpolated linearly in log L
+# between the points, and the end point's factor outside them (no
+# extrapolation past what was measured). A method not listed has factor 1.
+# NOTE (why): one rate per method left a unit at 0.63 CPU-s for recompute-only
+# on 40 layers and 1.47 on 120 (CP-SAT's CPU per deterministic second grows
+# with the model), and at 1.2-1.4 for blocks on GPT-12 (160 layers, where a
+# simulation's fixed cost is a larger part of it) against 0.8 on 300 layers.
+SIZE_FACTORS: dict[str, tuple[tuple[int, float], ...]] = {
+    # CP-SAT on the keep/recompute model: 0.56-0.70 CPU-s a unit on 40 layers,
+    # 1.0-1.2 on 120-160, 0.9-1.57 on 300-316, 0.91-1.03 on 628, at factor 1
+    "recompute-only": ((40, 0.63), (120, 1.08), (300, 1.22), (628, 1.1)),
+    # blocks (and auto where it picks blocks): 1.23-1.81 on 40 layers, 1.23-1.47
+    # on 120, 1.11-1.26 on GPT-12 (160), 0.92-1.33 on 300-628, at factor 1
+    "blocks": ((40, 1.65), (120, 1.49), (300, 1.27)),
+}
 
-def method_rate(method: str) -> float:
-    """Work units per raw count of `method` (its calibration constant)."""
-    return METHOD_RATES.get(method, DEFAULT_RATE)
+
+def size_factor(method: str, layers: int) -> float:
+    """The factor of `method`'s rate on a net of `layers` layers (see `SIZE_FACTORS`)."""
+    points = SIZE_FACTORS.get(method)
+    if not points:
+        return 1.0
+    if layers <= points[0][0]:
+        return points[0][1]
+    for (n0, f0), (n1, f1) in itertools.pairwise(points):
+        if layers <= n1:
+            t = math.log(layers / n0) / math.log(n1 / n0)
+            return f0 + t * (f1 - f0)
+    return points[-1][1]
+
+
+def method_rate(method: str, layers: int | None = None) -> float:
+    """Work units per raw count of `method` (its calibration constant), on a net of
+    `layers` layers where given (`SIZE_FACTORS`); a function of its inputs alone."""
+    rate = METHOD_RATES.get(method, DEFAULT_RATE)
+    return rate if layers is None else rate * size_factor(method, layers)
 
 
 def check_work_limit(work_limit: float | None) -> float | None:

@@ -61,7 +61,7 @@ def auto(
         raise SolverOptionError(f"exact_layers must be an integer >= 0, got {exact_layers!r}")
     method, why, structure = choose(problem, exact_layers, rtol)
     # The work is counted at the rate of the method that does it (planopt.work).
-    problem.meter.rebase(method_rate(method))
+    problem.meter.rebase(method_rate(method, problem.n))
     if method == "exact":
         from solvers.exact import solve_exact
 

@@ -39,21 +39,37 @@ parts.
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections.abc import Callable
 
 from planopt.blocks import BlockStructure, Repeat
 from planopt.plan import SWAP
-from solvers.block_front import BlockOption, cached_front, lower_hull
+from planopt.work import WorkMeter
+from solvers.block_front import ENUMERATE_MAX, BlockOption, cached_front, lower_hull
 from solvers.search.driver import Phase
 from solvers.search.engine import Change, Incumbent, Key
 from solvers.search.moves import Level, improve_groups, kick_phase, level_phases
 from solvers.search.windows import Window, sliding_windows, window_phase
 
-# Work charged each time a block front is asked for. NOTE: fronts are cached
-# per process, so the first call costs a few dozen small MIPs (or one
-# vectorised enumeration) and later ones nothing; the charge is the same
-# for every call so that the work count never depends on the cache.
-FRONT_UNITS = 0.1
+# What a block front costs to compute, in work units (CPU-seconds of the
+# reference machine, measured on GPT and random blocks): the enumeration of
+# the 3**p plans of a copy (p <= ENUMERATE_MAX) takes FRONT_UNITS_PER_PLAN a
+# plan past a floor of FRONT_FLOOR_UNITS (p=2: 0.3 ms, p=11: 29 ms, p=13:
+# 0.23 s); past it, one small MIP per cap, FRONT_MIP_UNITS plus
+# FRONT_MIP_UNITS_PER_LAYER a layer (p=14: 0.68 s, p=30: 0.77 s).
+FRONT_FLOOR_UNITS = 3e-4
+FRONT_UNITS_PER_PLAN = 1.5e-7
+FRONT_MIP_UNITS = 0.55
+FRONT_MIP_UNITS_PER_LAYER = 7.5e-3
+# The fronts a solve has been charged for, per solve meter (see `_front`).
+_CHARGED: weakref.WeakKeyDictionary[WorkMeter, set[tuple[int, int]]] = weakref.WeakKeyDictionary()
+
+
+def front_units(period: int) -> float:
+    """Work units a front of a `period`-layer block costs to compute (see above)."""
+    if period <= ENUMERATE_MAX:
+        return FRONT_FLOOR_UNITS + FRONT_UNITS_PER_PLAN * 3**period
+    return FRONT_MIP_UNITS + FRONT_MIP_UNITS_PER_LAYER * period
 
 
 def copy_classes(rep: Repeat, level: int) -> list[list[int]]:
@@ -212,7 +228,24 @@ def _mix(rep: Repeat, low: BlockOption, high: BlockOption, m: int, lead: int) ->
 
 
 def _front(inc: Incumbent, rep: Repeat) -> list[BlockOption]:
-    inc.problem.meter.charge(FRONT_UNITS)
+    """The front of `rep`, charged what computing it costs the first time this solve
+    asks for it, and nothing after.
+
+    NOTE (issue 25, item 12): fronts are cached per process, so the charge
+    cannot follow the cache (it would differ between a first and a second
+    solve); it follows the solve's own path instead. The flat 0.1 counts a
+    call it replaced made a 300-layer chain of small blocks pay 0.6 units for
+    milliseconds of work (0.38 CPU-s a unit), and a 13-layer GPT block 0.1 for
+    0.23 s.
+    """
+    meter = inc.problem.meter
+    root = meter
+    while root.parent is not None:
+        root = root.parent
+    charged = _CHARGED.setdefault(root, set())
+    if (rep.start, rep.period) not in charged:
+        charged.add((rep.start, rep.period))
+        meter.charge(meter.raw(front_units(rep.period)))
     return cached_front(inc.problem.profile, rep)
 
 
