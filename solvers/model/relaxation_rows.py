@@ -200,7 +200,13 @@ def build_model(c: Coefficients, deadline: float | None = None) -> Model:
             def bwd_gap(k: int, i: int = i) -> tuple[float, dict[int, float]]:
                 return c.b_upto[i] - c.b_upto[k], {U + k: 1.0, U + i: -1.0}
 
+            def out_gap(k: int, i: int = i) -> tuple[float, dict[int, float]]:
+                const = c.f_end[n - 1] - c.f_end[k] + c.b_upto[n - 1] - c.b_upto[i]
+                return const, {W + n - 1: 1.0, W + k: -1.0, U + i: 1.0}
+
             terms = held(i, c.in_rate, bwd_gap)
+            for col, val in held(i, c.out_rate, out_gap).items():
+                add(terms, col, val)
             add(terms, K + i, 1.0)
             if c.counts_input_once[i]:
                 out = -c.out[i - 1]
