@@ -240,8 +240,6 @@ def lower_bound(
     from solvers.model.relaxation import relaxation_bound
 
     profile = resolve_profile(profile)
-    # The relaxation models neither menus nor a negative scratch yet: its bound
-    # would not be valid for plans that use them (cost model v3).
     registry.get("lower-bound").check_profile(profile)
     bytes_budget = parse_budget(budget, profile)
     limit = check_time_limit(time_limit)

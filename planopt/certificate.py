@@ -11,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # `Certificate.source` values.
-LP = "lp"  # the v2 relaxation solved as an LP, to optimality
-MIP = "mip"  # the v2 relaxation as a MIP: its proven dual bound (complete or cut short)
+# The relaxation (`solvers.model.relaxation`): cost model v2's rows, and over menus
+# (v3) one more action per option, so it bounds plans that take options too.
+LP = "lp"  # the relaxation solved as an LP, to optimality
+MIP = "mip"  # the relaxation as a MIP: its proven dual bound (complete or cut short)
 T_IDEAL = "t-ideal"  # no relaxation solved in the share: the bound is T_ideal
 OPTIMUM = "optimum"  # the method proved its plan optimal: the bound is the plan itself
 METHOD = "method"  # the method's own bound (e.g. brute force, an exact back-end)

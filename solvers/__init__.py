@@ -147,5 +147,9 @@ METHODS: tuple[dict, ...] = (
         "space": "joint",
         "role": "bound",
         "requires": ("pulp",),
+        # v3: one more action per option of a menu (relaxed), and the backward
+        # rows take the signed scratch as the cost model's level inside B_i.
+        "menus": "plans",
+        "signed_scratch": True,
     },
 )

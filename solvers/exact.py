@@ -157,16 +157,13 @@ def _relaxation_bound(problem: Problem) -> float | None:
     """The relaxation's bound (seconds; None: nothing fits), on a small share of the work.
 
     It is valid for every action set (a restricted optimum is never below the
-    joint one) and often equals the optimum: a warm start that meets it is
+    joint one), menus included (one relaxed action per option), and often
+    equals the optimum: a warm start that meets it is
     optimal at once, and as a floor on the model's objective it lets the
     back-end stop as soon as it finds a plan that meets it.
     """
     from solvers.model.relaxation import relaxation_bound
 
-    if problem.profile.has_options:
-        # NOTE: the relaxation models whole layers; an option can lower memory
-        # below what it assumes, so its value is no bound over menus (T_ideal is).
-        return None
     work = work_share(problem, RELAXATION_SHARE, RELAXATION_WORK)
     seconds = problem.time_left()
     if seconds is not None:

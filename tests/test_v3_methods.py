@@ -1,9 +1,9 @@
 """Which methods plan over menus (cost model v3), and the others refuse cleanly.
 
-The registry says it (`MethodSpec.menus`, `signed_scratch`); `solve` and
-`lower_bound` enforce it with an `UnsupportedProfileError` naming the
-method, and `min_budget` stays a valid bound on /3 profiles (never above any
-plan's peak, enumerated with options).
+The registry says it (`MethodSpec.menus`, `signed_scratch`); `solve`
+enforces it with an `UnsupportedProfileError` naming the method, and
+`min_budget` stays a valid bound on /3 profiles (never above any plan's
+peak, enumerated with options).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from solvers.brute_force import enumerate_raw_v3
 MIB = 1 << 20
 PLANS_OVER_MENUS = {
     "pooch", "remat-dp", "brute-force", "exact", "recompute-only", "swap-only",
-    "lns", "blocks", "auto",
+    "lns", "blocks", "auto", "lower-bound",
 }  # fmt: skip
 WHOLE_LAYER_RULES = {"keep-all", "all-swap", "sqrt-n", "superneurons"}
 
@@ -77,22 +77,22 @@ def test_a_negative_scratch_is_modelled_or_refused(name):
         planopt.solve(profile, "90%", name, work_limit=5)
 
 
-def test_lower_bound_refuses_menus_and_negative_scratch():
+def test_lower_bound_bounds_menus_and_a_negative_scratch():
+    """The relaxation models options and the signed scratch (tests/test_bound_menus.py
+    checks it against enumeration); it refused both before."""
     for profile in (_profile(), _profile(menu=False, scratch=-MIB)):
-        with pytest.raises(UnsupportedProfileError, match="lower-bound"):
-            planopt.lower_bound(profile, "80%")
+        bound = planopt.lower_bound(profile, "100%")
+        assert bound is not None and bound >= profile.t_ideal
     assert planopt.lower_bound(_profile(menu=False), "100%") is not None
 
 
 def test_the_cli_refuses_with_exit_2(tmp_path, capsys):
     from planopt import cli
 
-    planopt.save_profile(_profile(), tmp_path / "p.json")
-    code = cli.main(
-        ["solve", str(tmp_path / "p.json"), "--budget", "90%", "--method", "lower-bound"]
-    )
+    planopt.save_profile(_profile(menu=False, scratch=-MIB), tmp_path / "p.json")
+    code = cli.main(["solve", str(tmp_path / "p.json"), "--budget", "90%", "--method", "exact"])
     assert code == 2
-    assert "does not plan over layer options yet" in capsys.readouterr().err
+    assert "does not model a negative backward scratch yet" in capsys.readouterr().err
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))

@@ -9,7 +9,9 @@
 * `relaxation`: a small MIP over the actions alone whose optimum is a
   proven lower bound (nets of any size); its rows' numbers come from
   `relaxation_coefficients`, read by both builders (`relaxation`, the PuLP
-  reference, on top of `relaxation_highs`, the same rows in HiGHS).
+  reference, on top of `relaxation_highs`, which solves the same rows built
+  as HiGHS arrays by `relaxation_rows`); over menus (v3) each option is one
+  more action column, as in the plan model.
 
 NOTE (units: the one policy, used by the plan model, its linear
 translation and the relaxation; `units` is the only code that converts):

@@ -28,8 +28,25 @@ plan must obey:
   that have not started when `B_t` starts must all run before `B_k` starts,
   so inside `B_t` they hold at least their bytes minus what H2D moves in
   that interval (stretched by backward stalls and recomputation, `U_t`).
+  And a swapped layer's bytes stay until its copy out ends (no copy back
+  starts before that), so inside `B_t` the swapped layers `k .. t-1` also
+  hold at least their bytes minus what D2H moves between the end of `F_k`
+  and the start of `B_t`. The two are disjoint bytes (not yet copied out;
+  copy back started), so the row adds both. (On GPT-2's traced block x48
+  with menus at 70% this raised the LP from 5.10% to 5.68% over T_ideal:
+  the LP had swapped the top layers, whose copies out end after the turn.)
   Transfer latency only makes copies slower, so leaving it out keeps the
   bound valid.
+
+Over menus (cost model v3, 12.2-12.4) each option of a layer is one more
+action (kept or swapped with that option), as in the exact MIP: kept, it
+holds its `h_k` (plus the output when read) below later layers and `h_k`
+inside the next layer's forward; swapped, it copies that much each way; and
+its regeneration `R_i` adds `r_k` to the compute stream before `B_i` (so to
+every suffix sum of recomputation). Inside `B_i` a partial layer holds all
+its internals (what the row already counts) and its input `x_i`, added where
+no other term counts it. The regeneration's scratch is left out (a plan only
+holds more).
 
 Any plan's actions satisfy all of these, so the program's optimum (or the
 MIP solver's proven bound under a time or work limit, or the LP bound when
@@ -111,10 +128,33 @@ def pulp_relaxation_bound(
     keep = [pulp.LpVariable(f"k{i}", 0, 1, cat) for i in range(n)]
     swap = [pulp.LpVariable(f"w{i}", 0, 1, cat) for i in range(n)]
     rec = [pulp.LpVariable(f"r{i}", 0, 1, cat) for i in range(n)]
+    # v3: per option of layer i's menu, kept (`keep_opt`) or swapped (`swap_opt`) with it.
+    menus = c.options or ((),) * n
+    keep_opt = [_option_vars("ko", i, menu, cat) for i, menu in enumerate(menus)]
+    swap_opt = [_option_vars("wo", i, menu, cat) for i, menu in enumerate(menus)]
+
+    def kept_as(i: int, whole: float, attr: str):
+        """What layer i's keep variables hold: `whole` kept whole, each option's `attr`."""
+        terms = [(getattr(o, attr), v) for o, v in zip(menus[i], keep_opt[i], strict=True)]
+        return whole * keep[i] + pulp.lpSum(a * v for a, v in terms)
+
+    def swapped_as(i: int, whole: float, attr: str):
+        """`whole` swapped whole, each option's `attr` (copied bytes or copy time) swapped."""
+        terms = [(getattr(o, attr), v) for o, v in zip(menus[i], swap_opt[i], strict=True)]
+        return whole * swap[i] + pulp.lpSum(a * v for a, v in terms)
+
+    def partial(i: int):
+        return pulp.lpSum(keep_opt[i]) + pulp.lpSum(swap_opt[i])
+
+    def regenerated(i: int):
+        """Compute time layer i adds before B_i: its recomputation or its option's R_i."""
+        options = zip(menus[i], keep_opt[i], swap_opt[i], strict=True)
+        return f[i] * rec[i] + pulp.lpSum(o.recompute * (k + w) for o, k, w in options)
+
     makespan = pulp.LpVariable("T", lowBound=c.t_ideal)
     prob += makespan
     for i in range(n):
-        prob += keep[i] + swap[i] + rec[i] == 1
+        prob += keep[i] + swap[i] + rec[i] + partial(i) == 1
     # Compute-stream time beyond sum(fwd) + sum(bwd): `stall[i]` waited in forward
     # before F_i; `extra[t]` spent in backward before B_t (stalls and
     # recomputation; every recomputed layer >= t is regenerated before B_t).
@@ -131,7 +171,7 @@ def pulp_relaxation_bound(
             prob += stall[t] >= stall[t - 1]
         if t < n - 1:
             prob += extra[t] >= extra[t + 1]
-        prob += rec_from[t] == rec_from[t + 1] + f[t] * rec[t]
+        prob += rec_from[t] == rec_from[t + 1] + regenerated(t)
         prob += extra[t] >= rec_from[t]
     prob += makespan >= forward_end + math.fsum(b) + extra[0]
 
@@ -141,23 +181,24 @@ def pulp_relaxation_bound(
     prob += back_from[n] == 0
     prob += out_from[n] == 0
     for t in range(n - 1, -1, -1):
-        prob += back_from[t] == back_from[t + 1] + d_in[t] * swap[t]
-        prob += out_from[t] == out_from[t + 1] + d_out[t] * swap[t]
+        prob += back_from[t] == back_from[t + 1] + swapped_as(t, d_in[t], "d_in")
+        prob += out_from[t] == out_from[t + 1] + swapped_as(t, d_out[t], "d_out")
         # Copies back of layers >= t run after the forward pass, before B_t.
         prob += extra[t] >= back_from[t] - (b_upto[n - 1] - b_upto[t])
         prob += makespan >= (f_end[t - 1] if t else 0.0) + stall[t] + out_from[t]
-        prob += makespan >= f_end[t] + stall[t] + (d_out[t] + d_in[t]) * swap[t] + b_upto[t]
+        copies = swapped_as(t, d_out[t], "d_out") + swapped_as(t, d_in[t], "d_in")
+        prob += makespan >= f_end[t] + stall[t] + copies + b_upto[t]
 
     # Kept bytes below each layer, then the memory checks.
     kept_below = [pulp.LpVariable(f"K{i}", lowBound=0) for i in range(n + 1)]
     prob += kept_below[0] == 0
     for i in range(n):
-        prob += kept_below[i + 1] == kept_below[i] + s[i] * keep[i]
+        prob += kept_below[i + 1] == kept_below[i] + kept_as(i, s[i], "s")
     # Swapped bytes below each layer, and what the copy engines move per time unit.
     swapped_below = [pulp.LpVariable(f"S{i}", lowBound=0) for i in range(n + 1)]
     prob += swapped_below[0] == 0
     for i in range(n):
-        prob += swapped_below[i + 1] == swapped_below[i] + s[i] * swap[i]
+        prob += swapped_below[i + 1] == swapped_below[i] + swapped_as(i, s[i], "s")
     out_rate, in_rate = c.out_rate, c.in_rate
     for i in range(n):
         # Inside F_i: its input x_i (any action frees it no earlier than F_i's end),
@@ -173,7 +214,7 @@ def pulp_relaxation_bound(
             held = _still_held(
                 prob, f"R{i}", swapped_below, i - 1, out_rate, _fwd_gap(f_end, stall, i)
             )
-            below = kept_below[i - 1] + internals[i - 1] * keep[i - 1]
+            below = kept_below[i - 1] + kept_as(i - 1, internals[i - 1], "internals")
             prob += below + held + out[i - 1] + fixed <= cap
         # Inside B_i: the kept products below i (the output of i-1 once, when B_i
         # reads it), and `backward_fixed`.
@@ -182,8 +223,13 @@ def pulp_relaxation_bound(
             below = kept_below[i]
             if c.counts_input_once[i]:
                 # x_i is counted once, in what B_i reads, whether kept or copied back
-                below = below - out[i - 1] * (keep[i - 1] + swap[i - 1])
-            prob += below + held + c.backward_fixed[i] <= cap
+                stays = keep[i - 1] + swap[i - 1] + partial(i - 1)
+                below = below - out[i - 1] * stays
+            if c.partial_input and c.partial_input[i]:
+                below = below + c.partial_input[i] * partial(i)  # a partial B_i reads x_i
+            out_gap = _out_gap(f_end, stall, b_upto, extra, i)
+            not_out = _still_held(prob, f"O{i}", swapped_below, i, out_rate, out_gap)
+            prob += below + held + not_out + c.backward_fixed[i] <= cap
 
     solver = solve_with_highs(prob, work_limit=work_limit, timeLimit=time_limit, threads=threads)
     if meter is not None:
@@ -211,6 +257,10 @@ def pulp_relaxation_bound(
     return max(profile.t_ideal, c.seconds(bound) * (1 - 1e-7))
 
 
+def _option_vars(prefix: str, i: int, menu, cat) -> list:
+    return [pulp.LpVariable(f"{prefix}{i}_{k}", 0, 1, cat) for k in range(len(menu))]
+
+
 def _still_held(prob, name: str, swapped_below, top: int, rate: float, gap) -> object:
     """A variable at most the swapped bytes of layers below `top` still on the device,
     given that the copy engine moves `rate` per time unit over `gap(k)`."""
@@ -225,6 +275,14 @@ def _still_held(prob, name: str, swapped_below, top: int, rate: float, gap) -> o
 def _fwd_gap(f_end, stall, i: int):
     """Time from the end of F_k to the start of F_i."""
     return lambda k: (f_end[i - 1] - f_end[k]) + stall[i] - stall[k]
+
+
+def _out_gap(f_end, stall, b_upto, extra, t: int):
+    """Time from the end of F_k to the start of B_t."""
+    n = len(f_end)
+    return lambda k: (
+        (f_end[n - 1] - f_end[k]) + stall[n - 1] - stall[k] + (b_upto[n - 1] - b_upto[t]) + extra[t]
+    )
 
 
 def _bwd_gap(b_upto, extra, t: int):

@@ -17,6 +17,24 @@ from solvers.model.units import linear_memory, time_scale
 
 
 @dataclass(frozen=True)
+class OptionCoefficients:
+    """One option of a layer's menu (cost model v3, 12.2) in the relaxation's units.
+
+    Kept, the partial layer holds `s` (its kept internals `h_k`, plus its
+    output when read) and, inside the next layer's forward, `internals`
+    (`h_k`); swapped, it copies `s` each way (`d_out`, `d_in`); either way
+    its regeneration adds `recompute` (`r_k`) to the compute stream before
+    its backward.
+    """
+
+    s: float
+    internals: float
+    recompute: float
+    d_out: float
+    d_in: float
+
+
+@dataclass(frozen=True)
 class Coefficients:
     """Every number of the relaxation's rows for one net, computed once.
 
@@ -47,6 +65,16 @@ class Coefficients:
     memory_unit: float
     static_bytes: int
     seconds_per_unit: float
+    # Cost model v3: each layer's menu (empty without one), and the input
+    # `x_i` a partial layer `i` holds inside `B_i` when no other term of its
+    # row counts it (0 where the row's other terms may).
+    options: tuple[tuple[OptionCoefficients, ...], ...] = ()
+    partial_input: tuple[float, ...] = ()
+
+    @property
+    def option_count(self) -> int:
+        """Options over every layer's menu."""
+        return sum(len(menu) for menu in self.options)
 
     @property
     def forward_total(self) -> float:
@@ -105,6 +133,28 @@ def coefficients(profile: Profile) -> Coefficients:
         grads = x.input_grad_bytes + (layers[t + 1].input_grad_bytes if t + 1 < n else 0)
         backward_fixed.append(memory.units(reads + grads + param_grads + x.bwd_work_bytes))
     backward_fixed.reverse()
+    options = tuple(
+        tuple(
+            OptionCoefficients(
+                s=memory.units(kept),
+                internals=memory.units(o.saved_bytes),
+                recompute=times.linear(o.recompute),
+                d_out=times.linear(dev.d2h_seconds(kept)),
+                d_in=times.linear(dev.h2d_seconds(kept)),
+            )
+            for o in x.options
+            for kept in [o.saved_bytes + (x.out_bytes if read[i] else 0)]
+        )
+        for i, x in enumerate(layers)
+    )
+    # A partial layer reads x_t inside B_t (12.2, item 1). The row counts x_t
+    # already when B_t reads it anyway (`saves_input`), and may count it in
+    # layer t-1's kept or swapped bytes when that layer's output is read; only
+    # where neither holds is it added, so nothing is counted twice.
+    partial_input = tuple(
+        memory.units(layers[t - 1].out_bytes) if t > 0 and not read[t - 1] else 0.0
+        for t in range(n)
+    )
     return Coefficients(
         n=n,
         t_ideal=times.linear(profile.t_ideal),
@@ -132,6 +182,8 @@ def coefficients(profile: Profile) -> Coefficients:
         memory_unit=m_unit,
         static_bytes=profile.static_bytes,
         seconds_per_unit=t_unit,
+        options=options,
+        partial_input=partial_input,
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from planopt.certificate import T_IDEAL, Certificate
+from planopt.certificate import Certificate
 from planopt.problem import Problem
 
 # The bound's own share of the solve's limits (work and time), reserved before
@@ -21,18 +21,15 @@ def relaxation_lower_bound(
 ) -> tuple[float | None, Certificate]:
     """The relaxation's bound (`planopt.lower_bound`, as an LP by default) and its
     certificate, on `share` of the problem's work and time limits; T_ideal when the
-    share cannot cover the LP; None when even the relaxation cannot fit.
+    share cannot cover the LP; None when even the relaxation cannot fit. Over menus
+    (cost model v3) the relaxation has one action per option, so its bound holds
+    for plans that take options too.
 
     The share is of the limits themselves, not of what is left, so the bound's
     strength does not depend on what ran before it.
     """
     from solvers.model.relaxation_highs import highs_bound
 
-    if problem.profile.has_options:
-        # NOTE: the relaxation models whole layers; an option can lower memory below
-        # what it assumes, so over menus (cost model v3) only T_ideal is a bound.
-        detail = "T_ideal: the relaxation does not model menus of options (cost model v3)"
-        return problem.profile.t_ideal, Certificate(T_IDEAL, False, detail=detail)
     limit = problem.meter.limit
     work = None if limit is None else share * limit
     left = problem.work_left()
