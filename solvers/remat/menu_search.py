@@ -65,15 +65,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solvers.remat.menu_bound import MenuBound
-from solvers.remat.menu_edges import MenuEdges
-from solvers.remat.menus import DEAD, NEG, MenuChain, MenuPlan
+from solvers.remat.menu_graph import MenuGraph
+from solvers.remat.menus import MenuChain, MenuPlan
 
 LABEL_WORK = 1e-7  # work units per label made (calibrated in the module NOTE)
 EDGE_WORK = 1e-6  # work units per edge tried from an expanded node
-SEGMENT_WORK = 1e-7  # work units per segment cost computed (`MenuEdges.tried`)
-BOUND_WORK = 1e-8  # work units per (edge, price) of the Lagrangian bound
-OPEN = 1 << 62  # no limit on H from this edge
 REFINE = 2  # rounds of the bound at the least H of each edge's suffix (pruning 6)
 MAX_LABELS = 20_000_000  # labels held at once, fronts and pending (module NOTE, memory)
 PIECE_LABELS = 8  # a pending piece's own cost in labels (four small arrays and a tuple)
@@ -91,30 +87,81 @@ def solve_menus(
 
     A `MenuResult`: proven, the optimum (or no plan when none fits); cut short
     by the limit, the best plan known (the incumbent, or a completed label)
-    with a lower bound on the optimum's makespan. Labels `(H, seconds)` per
-    node `(k, a)`, kept as numpy arrays, Pareto-pruned; nodes in layer order, so
-    a node's front is final when it is expanded. The prunings (each proven in
-    the module NOTE) cut every edge's labels to one index range of the front.
-    Work: the `*_WORK` constants (module NOTE), charged node by node.
+    with a lower bound on the optimum's makespan. One search, with the
+    incumbent's seconds as its cap (`run`); `menu_optimum` drives searches
+    with targets instead.
     """
-    n = chain.n
-    if chain.pg_from[0] > room:
-        return MenuResult(None, True, math.inf)
-    order = [(-1, 0)] + [(k, a) for k in range(n) for a in range(len(chain.choices[k]))]
-    edges, evaluated = _edges(chain, order, room, expired)
-    charge(evaluated * SEGMENT_WORK)
-    if edges is None:
-        return _stopped(chain, None, incumbent, 0.0, order, {})
-    need, rest = _lookahead(edges)
-    lower = float(rest[0])
-    if lower == math.inf or need[0] > room:  # no completion of the empty plan fits
-        found = _better(chain, None, incumbent, order, {})
+    graph = MenuGraph.build(chain, room, charge=charge, expired=expired)
+    if graph.stopped:
+        return stopped_result(graph, None, incumbent, 0.0)
+    if graph.empty:  # no completion of the empty plan fits
+        found = better(graph, None, incumbent)
         return MenuResult(found, True, math.inf if found is None else found.makespan)
-    tables = _edge_tables(edges, need, rest, room)
-    bound = MenuBound(chain, tables, room)
-    charge(sum(len(t[0]) for t in tables) * len(bound.prices) * BOUND_WORK)
-    best_seconds = math.inf if incumbent is None else incumbent[0]
-    # pending[x]: the label pieces (H, seconds, parent node index, parent position) for node x
+    cap = math.inf if incumbent is None else incumbent[0]
+    done = run(graph, cap, charge=charge, expired=expired)
+    if done.stopped:
+        return stopped_result(graph, done, incumbent, graph.rest0)
+    found = better(graph, done, incumbent)
+    return MenuResult(found, True, math.inf if found is None else found.makespan)
+
+
+@dataclass(frozen=True)
+class MenuResult:
+    """The search's answer: a plan (or None), whether it is proven optimal (or that none
+    fits), and a lower bound on the optimum's makespan (`T_ideal` + seconds)."""
+
+    plan: MenuPlan | None
+    proven: bool
+    lower: float
+
+
+@dataclass(frozen=True)
+class MenuRun:
+    """One search's end: its best completion `(seconds, H, node index, position)` or
+    None (none within its cap), the fronts to read it back from, and whether the limit
+    (`stopped`, the label cap included) or its own `work_cap` (`capped`) ended it."""
+
+    best: tuple | None
+    fronts: dict
+    stopped: bool = False
+    capped: bool = False
+
+
+def better(graph: MenuGraph, done: MenuRun | None, incumbent) -> MenuPlan | None:
+    """The faster of a run's best completion and the incumbent (None if neither)."""
+    best = None if done is None else done.best
+    fronts = {} if done is None else done.fronts
+    return _better(graph.chain, best, incumbent, graph.order, fronts)
+
+
+def stopped_result(graph: MenuGraph, done: MenuRun | None, incumbent, lower: float) -> MenuResult:
+    """The answer of a search the limit stopped: the best plan known, `lower` seconds."""
+    found = better(graph, done, incumbent)
+    return MenuResult(found, False, graph.chain.profile.t_ideal + lower)
+
+
+def run(
+    graph: MenuGraph,
+    cap: float,
+    *,
+    charge: Callable[[float], None] = lambda units: None,
+    expired: Callable[[], bool] = lambda: False,
+    work_cap: float = math.inf,
+) -> MenuRun:
+    """The fastest completion adding at most `cap` seconds (plus the tie slack), by
+    labels pruned as the module NOTE says; `best` None: none within the cap (with
+    `cap = inf`: no plan fits). Past `work_cap` units charged, stops `capped`."""
+    tables, bound = graph.for_cap(cap, charge)
+    order = graph.order
+    spent = 0.0
+
+    def pay(units: float) -> None:
+        nonlocal spent
+        spent += units
+        charge(units)
+
+    best_seconds = cap
+    # pending[x]: the label pieces (H, seconds, parent node index, parent position)
     pending: list[list[tuple]] = [[] for _ in order]
     pending[0].append((np.zeros(1, np.int64), np.zeros(1), -1, np.zeros(1, np.int64)))
     fronts: dict[int, tuple] = {}
@@ -124,7 +171,9 @@ def solve_menus(
         if not pending[x]:
             continue
         if expired() or held_labels > MAX_LABELS:
-            return _stopped(chain, best, incumbent, lower, order, fronts)
+            return MenuRun(best, fronts, stopped=True)
+        if spent > work_cap:
+            return MenuRun(best, fronts, capped=True)
         held_labels -= sum(len(piece[0]) + PIECE_LABELS for piece in pending[x])
         front = _pareto(pending[x])
         pending[x] = []
@@ -143,8 +192,8 @@ def solve_menus(
         stop = np.searchsorted(held_h, top_h, side="right")
         # (b) the seconds prune: a suffix (seconds strictly descending along the front)
         if best_seconds < math.inf:
-            cap = best_seconds + slack
-            start = np.searchsorted(-seconds, extra + after - cap, side="left")
+            cap_x = best_seconds + slack
+            start = np.searchsorted(-seconds, extra + after - cap_x, side="left")
             # (c) the bound at the least H the suffix holds (it grows with H), twice
             inner = np.flatnonzero((target >= 0) & (start < stop))
             for _ in range(REFINE):
@@ -152,16 +201,17 @@ def solve_menus(
                     break
                 least = held_h[start[inner]] + held[inner]
                 ahead = bound.lower_at(target[inner], least) - bound.margin
-                start[inner] = np.searchsorted(-seconds, extra[inner] + ahead - cap, side="left")
+                start[inner] = np.searchsorted(-seconds, extra[inner] + ahead - cap_x, side="left")
                 inner = inner[start[inner] < stop[inner]]
         else:
             start = np.zeros(len(target), dtype=np.int64)
         count = np.maximum(stop - start, 0)
         made = int(count.sum())
-        charge(made * LABEL_WORK + len(target) * EDGE_WORK)
+        pay(made * LABEL_WORK + len(target) * EDGE_WORK)
         if not made:
             continue
-        held_labels += made + PIECE_LABELS * int(np.count_nonzero((target >= 0) & (count > 0)))
+        inner_made = np.count_nonzero((target >= 0) & (count > 0))
+        held_labels += made + PIECE_LABELS * int(inner_made)
         final = (target < 0) & (count > 0)
         if final.any():  # completions: the fastest of each edge is its last label
             last = stop[final] - 1
@@ -174,18 +224,7 @@ def solve_menus(
         for e in np.flatnonzero((target >= 0) & (count > 0)).tolist():
             pos = np.arange(start[e], stop[e])
             pending[target[e]].append((held_h[pos] + held[e], seconds[pos] + extra[e], x, pos))
-    found = _better(chain, best, incumbent, order, fronts)
-    return MenuResult(found, True, math.inf if found is None else found.makespan)
-
-
-@dataclass(frozen=True)
-class MenuResult:
-    """The search's answer: a plan (or None), whether it is proven optimal (or that none
-    fits), and a lower bound on the optimum's makespan (`T_ideal` + seconds)."""
-
-    plan: MenuPlan | None
-    proven: bool
-    lower: float
+    return MenuRun(best, fronts)
 
 
 def _better(chain: MenuChain, best: tuple | None, incumbent, order, fronts) -> MenuPlan | None:
@@ -197,70 +236,6 @@ def _better(chain: MenuChain, best: tuple | None, incumbent, order, fronts) -> M
     actions, options = incumbent[1], (None,) * chain.n
     makespan = chain.profile.t_ideal + incumbent[0]
     return MenuPlan(actions, options, makespan, chain.peak(actions, options))
-
-
-def _stopped(chain: MenuChain, best, incumbent, lower: float, order, fronts) -> MenuResult:
-    found = _better(chain, best, incumbent, order, fronts)
-    return MenuResult(found, False, chain.profile.t_ideal + lower)
-
-
-def _edges(chain: MenuChain, order, room: int, expired: Callable[[], bool]):
-    """Every segment that fits an empty `H` from each node index, as arrays `(target node
-    index or -1 at the chain's end, cost, held, seconds)`; None when the limit came first."""
-    n = chain.n
-    builder = MenuEdges(chain)
-    offset = [0] * (n + 1)
-    for x, (k, a) in enumerate(order):
-        if k >= 0 and a == 0:
-            offset[k] = x
-    offset_arr = np.array(offset, dtype=np.int64)
-    edges = []
-    for k, a in order:
-        if expired():
-            return None, builder.tried
-        t, b, cost, held, extra = builder.node(k, a, room)
-        target = np.where(t + 1 < n, offset_arr[np.minimum(t + 1, n - 1)] + b, -1)
-        edges.append((target, cost, held, extra))
-    return edges, builder.tried
-
-
-def _lookahead(edges) -> tuple[np.ndarray, np.ndarray]:
-    """Per node index: `need`, the least `H`-relative peak any completion has (NEG: none
-    has an op; DEAD: no completion fits), and `rest`, the least seconds any completion
-    adds with `H` ignored (inf: none)."""
-    count = len(edges)
-    need = np.full(count, DEAD, dtype=np.int64)
-    rest = np.full(count, np.inf)
-    for x in range(count - 1, -1, -1):
-        target, cost, held, extra = edges[x]
-        final = target < 0
-        safe = np.where(final, 0, target)
-        ok = final | np.isfinite(rest[safe])
-        if not ok.any():
-            continue
-        later = need[safe]
-        total = np.where(final, cost, np.maximum(cost, np.where(later > NEG, held + later, NEG)))
-        seconds = extra + np.where(final, 0.0, rest[safe])
-        need[x] = total[ok].min()
-        rest[x] = seconds[ok].min()
-    return need, rest
-
-
-def _edge_tables(edges, need, rest, room: int) -> list[tuple]:
-    """Per node index, its edges as arrays: the target node's index (-1: the chain's
-    end), the largest `H` a label may hold to take the edge (its segment fits and
-    the target's `need` still fits above it), `held`, seconds added, `rest` of the
-    target (a lower bound on the seconds any completion from there adds), and cost."""
-    tables = []
-    for target, cost, held, extra in edges:
-        final = target < 0
-        safe = np.where(final, 0, target)
-        limit = np.where(cost > NEG, room - cost, OPEN)
-        ahead = np.where(final, NEG, need[safe])
-        limit = np.minimum(limit, np.where(ahead > NEG, room - ahead - held, OPEN))
-        after = np.where(final, 0.0, rest[safe])
-        tables.append((target, limit, held, extra, after, cost))
-    return tables
 
 
 def _pareto(pieces: list[tuple]) -> tuple:
