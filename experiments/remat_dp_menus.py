@@ -5,11 +5,10 @@ Run from the repository root:
     python -m experiments.remat_dp_menus --tag after     # results/remat_dp_menus_after.json
     python -m experiments.remat_dp_menus --render        # results/remat_dp_menus.md
 
-Each run rewrites its tag's rows and the table. `--tag before` was run
-with the search of commit 967421b (the plain-Python
-label search: `solvers/remat/menu_search.py` and `menus.py` of that commit
-checked out over the working tree), `--tag after` with this branch's; the
-rows of both stay in their JSON files and `--render` writes the table.
+Each run rewrites its tag's rows and the table. `--tag before` is run with
+main's code (`git archive main` unpacked elsewhere, this script copied into it,
+run from there with `--out` pointing here), `--tag after` with this branch's;
+the rows of both stay in their JSON files and `--render` writes the table.
 
 Chains: `random_chain(L, seed=0, version=2)` (the "mixed" family), where
 every layer with internals and a forward gets three options keeping 1/4,
@@ -21,8 +20,13 @@ keep-all activation memory. Timed: `remat_dp(Problem)` (the method as
 `planopt.solve` calls it: the whole-layer optimum as incumbent, the edges,
 the bounds, the labels, the plan), CPU seconds of this process
 (`time.process_time`; the machine is shared), and the work it charged.
-A `--limit` of seconds stops a run (the old search charged no work for its
-labels, so only a time limit stops it): such a row says "stopped".
+A `--limit` of seconds stops a run: such a row says "stopped".
+
+`--selective FILE`: GPT-2's traced block from `experiments.selective`'s cache
+(`results/selective/gpt2-b8-s1024-h100-pcie5-traced.json`), repeated to
+`--selective-lengths` layers by `experiments.selective.scaled` (embedding and
+head kept), at `--selective-fractions`: the rows of `results/selective.md`'s
+table of solve time against L, here without its work limit.
 """
 
 from __future__ import annotations
@@ -43,8 +47,8 @@ RESULTS = Path(__file__).parent / "results"
 TAGS = ("before", "after")
 
 
-def rows_file(tag: str) -> Path:
-    return RESULTS / f"remat_dp_menus_{tag}.json"
+def rows_file(tag: str, out: Path = RESULTS) -> Path:
+    return out / f"remat_dp_menus_{tag}.json"
 
 
 LENGTHS = (64, 200, 1000)
@@ -91,7 +95,19 @@ def run(profile: Profile, fraction: float, limit: float) -> dict:
         profile, budget, planopt.min_budget(profile), deadline=time.monotonic() + limit
     )
     start = time.process_time()
-    out = remat_dp(problem)
+    try:
+        out = remat_dp(problem)
+    except MemoryError:  # under `ulimit -v`: a row saying so
+        return {
+            "chain": profile.name,
+            "L": len(profile.layers),
+            "fraction": fraction,
+            "status": "out of memory",
+            "cpu_s": time.process_time() - start,
+            "work": problem.meter.used,
+            "overhead": None,
+            "options": None,
+        }
     seconds = time.process_time() - start
     overhead = None
     if out.plan is not None:
@@ -120,7 +136,8 @@ def render(rows: list[dict]) -> str:
         if not found:
             return "–", "–"
         r = found[-1]
-        mark = {"optimal": "", "infeasible": " (infeasible)"}.get(r["status"], " (stopped)")
+        marks = {"optimal": "", "infeasible": " (infeasible)", "out of memory": " (out of memory)"}
+        mark = marks.get(r["status"], " (stopped)")
         return f"{r['cpu_s']:.3g}{mark}", f"{r['work']:.3g}"
 
     lines = [
@@ -176,26 +193,40 @@ def main() -> None:
     parser.add_argument("--fractions", type=float, nargs="*", default=list(FRACTIONS))
     parser.add_argument("--traced", type=Path, help="a /3 profile of a traced transformer")
     parser.add_argument("--traced-lengths", type=int, nargs="*", default=[100, 300, 600])
-    parser.add_argument("--limit", type=float, default=60.0, help="seconds a run may take")
+    parser.add_argument("--limit", type=float, default=30.0, help="seconds a run may take")
+    parser.add_argument("--selective", type=Path, help="selective's cached GPT-2 /3 profile")
+    parser.add_argument("--selective-lengths", type=int, nargs="*", default=[256, 1000])
+    parser.add_argument("--selective-fractions", type=float, nargs="*", default=[0.5, 0.3])
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder of the JSON rows")
     parser.add_argument("--render", action="store_true")
     args = parser.parse_args()
     rows: list[dict] = []
     if not args.render:
-        chains = [menu_chain(n) for n in args.lengths]
+        chains = [(menu_chain(n), args.fractions) for n in args.lengths]
         if args.traced:
             traced = planopt.load_profile(args.traced)
-            chains += [repeated(traced, n) for n in args.traced_lengths]
-        for profile in chains:
-            for fraction in args.fractions:
+            chains += [(repeated(traced, n), args.fractions) for n in args.traced_lengths]
+        if args.selective:
+            from experiments.selective import scaled
+
+            source = planopt.load_profile(args.selective)
+            fractions = args.selective_fractions
+            chains += [(scaled(source, n), fractions) for n in args.selective_lengths]
+        if rows_file(args.tag, args.out).exists():  # rows of other chains stay
+            done = {(p.name, len(p.layers)) for p, _ in chains}
+            old = json.loads(rows_file(args.tag, args.out).read_text())
+            rows = [r for r in old if (r["chain"], r["L"]) not in done]
+        for profile, fractions in chains:
+            for fraction in fractions:
                 row = {"tag": args.tag, **run(profile, fraction, args.limit)}
                 print(json.dumps(row), flush=True)
                 rows.append(row)
-                rows_file(args.tag).write_text(json.dumps(rows, indent=1) + "\n")
+                rows_file(args.tag, args.out).write_text(json.dumps(rows, indent=1) + "\n")
     every = []
     for tag in TAGS:
-        if rows_file(tag).exists():
-            every += json.loads(rows_file(tag).read_text())
-    (RESULTS / "remat_dp_menus.md").write_text(render(every))
+        if rows_file(tag, args.out).exists():
+            every += json.loads(rows_file(tag, args.out).read_text())
+    (args.out / "remat_dp_menus.md").write_text(render(every))
 
 
 if __name__ == "__main__":

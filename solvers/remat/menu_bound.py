@@ -79,7 +79,7 @@ class MenuBound:
         self.chain, self.room = chain, room
         self.z = _least_without_op(tables)
         self.prices = price_grid(chain)
-        self.f = _priced(tables, self.z, self.prices)
+        self.f = _priced(tables, self.z, self.prices, _shifts(chain))
         self.margin = self._margin()
 
     def best_price(self) -> float:
@@ -136,25 +136,68 @@ def _least_without_op(tables: list[tuple]) -> np.ndarray:
     return z
 
 
-def _priced(tables: list[tuple], z: np.ndarray, prices: np.ndarray) -> np.ndarray:
-    """`F` of the NOTE per node index and price, one pass backwards over the edges."""
+def _shifts(chain: MenuChain) -> tuple[np.ndarray, np.ndarray]:
+    """Per node index, the node of its layer keeping the fewest bytes (`rep`) and how many
+    more it keeps than that one (`shift`): see `_priced`."""
+    rep, shift = [0], [0]
+    for k in range(chain.n):
+        kept = [h for _name, h, _r, _w in chain.choices[k]]
+        first = len(rep)
+        low = min(range(len(kept)), key=kept.__getitem__)
+        rep += [first + low] * len(kept)
+        shift += [h - kept[low] for h in kept]
+    return np.array(rep, dtype=np.int64), np.array(shift, dtype=np.float64)
+
+
+def _priced(
+    tables: list[tuple],
+    z: np.ndarray,
+    prices: np.ndarray,
+    shared: tuple[np.ndarray, np.ndarray] | None = None,
+) -> np.ndarray:
+    """`F` of the NOTE per node index and price, one pass backwards over the edges.
+
+    NOTE (`shared`: one pass per layer). An edge's `cost` and `held` carry
+    the held bytes `h` of the kept layer's choice once (`menu_edges`' NOTE),
+    and the edges of a choice are those of the layer's choice keeping the
+    fewest bytes (`rep`) whose costs still fit with its larger `h` (the
+    rows stop, and costs are dropped, by `... + h <= room`): a subset,
+    shifted by `shift`. So `F` there is at least `F(rep) + price * shift`,
+    which replaces it (a relaxation: the NOTE's proof runs on the larger
+    edge set): one pass per layer, not per choice. Only on the whole graph:
+    a subgraph of `menu_graph.restrict` keeps edges per node, not per layer.
+    """
     f = np.full((len(tables), len(prices)), np.inf)
     if not len(prices):
         return f
+    rep, shift = shared if shared is not None else (np.arange(len(tables)), None)
+    others: dict[int, list[int]] = {}
+    for x, r in enumerate(rep.tolist()):
+        if r != x:
+            others.setdefault(r, []).append(x)
     for x in range(len(tables) - 1, -1, -1):
-        target, _top, held, extra, _after, cost = tables[x]
-        if not len(target):
+        if rep[x] != x:  # set with its layer's representative (every choice from it)
             continue
-        final = target < 0
-        op = cost > NEG
-        inner = ~final
-        best = np.full(len(prices), np.inf)
-        if inner.any():
-            later = extra[inner, None] + np.outer(held[inner], prices) + f[target[inner]]
-            best = np.minimum(best, later.min(axis=0))
-        if op.any():
-            z_next = np.where(final, 0.0, z[np.where(final, 0, target)])[op]
-            here = extra[op, None] + np.outer(cost[op].astype(np.float64), prices)
-            best = np.minimum(best, (here + z_next[:, None]).min(axis=0))
-        f[x] = best
+        _price_node(tables, z, prices, f, x)
+        if x in others:
+            group = np.array(others[x], dtype=np.int64)
+            f[group] = f[x][None, :] + np.outer(shift[group], prices)
     return f
+
+
+def _price_node(tables, z, prices, f, x: int) -> None:
+    target, _top, held, extra, _after, cost = tables[x]
+    if not len(target):
+        return
+    final = target < 0
+    op = cost > NEG
+    inner = ~final
+    best = np.full(len(prices), np.inf)
+    if inner.any():
+        later = extra[inner, None] + np.outer(held[inner], prices) + f[target[inner]]
+        best = np.minimum(best, later.min(axis=0))
+    if op.any():
+        z_next = np.where(final, 0.0, z[np.where(final, 0, target)])[op]
+        here = extra[op, None] + np.outer(cost[op].astype(np.float64), prices)
+        best = np.minimum(best, (here + z_next[:, None]).min(axis=0))
+    f[x] = best
