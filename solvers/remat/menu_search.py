@@ -47,14 +47,18 @@ Charged node by node, so a work limit stops the search at the same node
 on any machine. Before, the labels were not charged at all.
 
 NOTE (memory). Every expanded front is kept (the plan is read back through
-it) and every label made waits in its target's pending list, so memory
-grows with the labels, faster than the work charged for them: on GPT-2's
-traced block repeated to 256 layers the search reached 7.5 GB within 20
-work units. `MAX_LABELS` caps the labels held (about 64 bytes each, fronts
-and pending together: ~1.3 GB; a pending piece counts `PIECE_LABELS` more
-for its arrays' own overhead): past it the search stops as a work limit
-stops it, with its best plan (or the incumbent) and a valid bound. A count,
-not a measurement, so the stop falls at the same node on any machine.
+it), in one set of growing arrays (`_Store`, 32 bytes a label, up to twice
+that while they grow). A label an edge makes is not stored: the edge keeps
+the range of its source's stored labels it takes (two integers), and the
+target gathers them when it is expanded (`_arriving`). Before, each edge
+made its own four arrays at once and parked them with its target: on
+GPT-2's traced block repeated to 256 layers (2 million edges) the search
+reached 7.5 GB within 20 work units, and after the label cap, it stopped
+at the cap within a second, mostly for those arrays' own overhead.
+`MAX_LABELS` caps the labels stored and waiting together (~1.3 GB at 64
+bytes each): past it the search stops as a work limit stops it, with its
+best plan (or the incumbent) and a valid bound. A count, not a
+measurement, so the stop falls at the same node on any machine.
 """
 
 from __future__ import annotations
@@ -72,7 +76,6 @@ LABEL_WORK = 1e-7  # work units per label made (calibrated in the module NOTE)
 EDGE_WORK = 1e-6  # work units per edge tried from an expanded node
 REFINE = 2  # rounds of the bound at the least H of each edge's suffix (pruning 6)
 MAX_LABELS = 20_000_000  # labels held at once, fronts and pending (module NOTE, memory)
-PIECE_LABELS = 8  # a pending piece's own cost in labels (four small arrays and a tuple)
 
 
 def solve_menus(
@@ -117,12 +120,12 @@ class MenuResult:
 
 @dataclass(frozen=True)
 class MenuRun:
-    """One search's end: its best completion `(seconds, H, node index, position)` or
-    None (none within its cap), the fronts to read it back from, and whether the limit
-    (`stopped`, the label cap included) or its own `work_cap` (`capped`) ended it."""
+    """One search's end: its best completion `(seconds, H, node index, label)` or None
+    (none within its cap), the labels to read it back from (`_Store`), and whether the
+    limit (`stopped`, the label cap included) or its own `work_cap` (`capped`) ended it."""
 
     best: tuple | None
-    fronts: dict
+    store: _Store | None
     stopped: bool = False
     capped: bool = False
 
@@ -130,8 +133,8 @@ class MenuRun:
 def better(graph: MenuGraph, done: MenuRun | None, incumbent) -> MenuPlan | None:
     """The faster of a run's best completion and the incumbent (None if neither)."""
     best = None if done is None else done.best
-    fronts = {} if done is None else done.fronts
-    return _better(graph.chain, best, incumbent, graph.order, fronts)
+    store = None if done is None else done.store
+    return _better(graph.chain, best, incumbent, graph.order, store)
 
 
 def stopped_result(graph: MenuGraph, done: MenuRun | None, incumbent, lower: float) -> MenuResult:
@@ -161,22 +164,29 @@ def run(
         charge(units)
 
     best_seconds = cap
-    # pending[x]: the label pieces (H, seconds, parent node index, parent position)
-    pending: list[list[tuple]] = [[] for _ in order]
-    pending[0].append((np.zeros(1, np.int64), np.zeros(1), -1, np.zeros(1, np.int64)))
-    fronts: dict[int, tuple] = {}
-    best: tuple | None = None  # (seconds, H, node index, position)
-    held_labels = 1 + PIECE_LABELS  # labels in `fronts` and `pending` (MAX_LABELS)
+    base, into, ptr, held_all, extra_all = _in_edges(tables)
+    # an edge's labels: the stored labels lo..hi-1 of its source, moved along it
+    lo = np.zeros(len(held_all), dtype=np.int64)
+    hi = np.zeros(len(held_all), dtype=np.int64)
+    pending = np.zeros(len(order), dtype=np.int64)  # labels waiting per node
+    pending[0] = 1
+    store = _Store()
+    best: tuple | None = None  # (seconds, H, node index, label)
+    held_labels = 1  # labels stored and pending (MAX_LABELS)
     for x in range(len(order)):
         if not pending[x]:
             continue
         if expired() or held_labels > MAX_LABELS:
-            return MenuRun(best, fronts, stopped=True)
+            return MenuRun(best, store, stopped=True)
         if spent > work_cap:
-            return MenuRun(best, fronts, capped=True)
-        held_labels -= sum(len(piece[0]) + PIECE_LABELS for piece in pending[x])
-        front = _pareto(pending[x])
-        pending[x] = []
+            return MenuRun(best, store, capped=True)
+        held_labels -= int(pending[x])
+        if x == 0:
+            front = _pareto(np.zeros(1, np.int64), np.zeros(1), np.full(1, -1, np.int64))
+        else:
+            front = _pareto(
+                *_arriving(store, into[ptr[x] : ptr[x + 1]], lo, hi, held_all, extra_all)
+            )
         slack = 1e-9 * (1.0 + abs(best_seconds)) if best_seconds < math.inf else 0.0
         if best_seconds < math.inf:  # the Lagrangian bound (`menu_bound`'s NOTE)
             keep = front[1] + bound.lower(x, front[0]) <= best_seconds + slack + bound.margin
@@ -184,9 +194,9 @@ def run(
                 front = tuple(part[keep] for part in front)
                 if not len(front[0]):
                     continue
-        fronts[x] = front
-        held_labels += len(front[0])
         held_h, seconds = front[0], front[1]
+        first = store.add(held_h, seconds, front[2], x)
+        held_labels += len(held_h)
         target, top_h, held, extra, after, _cost = tables[x]
         # (a) H-side prunings: a prefix of the front (H ascending)
         stop = np.searchsorted(held_h, top_h, side="right")
@@ -210,27 +220,90 @@ def run(
         pay(made * LABEL_WORK + len(target) * EDGE_WORK)
         if not made:
             continue
-        inner_made = np.count_nonzero((target >= 0) & (count > 0))
-        held_labels += made + PIECE_LABELS * int(inner_made)
         final = (target < 0) & (count > 0)
         if final.any():  # completions: the fastest of each edge is its last label
             last = stop[final] - 1
             done = seconds[last] + extra[final]
             j = int(np.lexsort((held_h[last] + held[final], done))[0])
             if best is None or (done[j], int(held_h[last[j]] + held[final][j])) < best[:2]:
-                best = (float(done[j]), int(held_h[last[j]] + held[final][j]), x, int(last[j]))
+                best = (
+                    float(done[j]),
+                    int(held_h[last[j]] + held[final][j]),
+                    x,
+                    first + int(last[j]),
+                )
             if best[0] < best_seconds:
                 best_seconds = best[0]
-        for e in np.flatnonzero((target >= 0) & (count > 0)).tolist():
-            pos = np.arange(start[e], stop[e])
-            pending[target[e]].append((held_h[pos] + held[e], seconds[pos] + extra[e], x, pos))
-    return MenuRun(best, fronts)
+        moved = np.flatnonzero((target >= 0) & (count > 0))
+        lo[base[x] + moved] = first + start[moved]
+        hi[base[x] + moved] = first + stop[moved]
+        np.add.at(pending, target[moved], count[moved])
+        held_labels += int(count[moved].sum())
+    return MenuRun(best, store)
 
 
-def _better(chain: MenuChain, best: tuple | None, incumbent, order, fronts) -> MenuPlan | None:
+class _Store:
+    """Every expanded front's labels in one set of growing arrays: `H`, seconds, the
+    label each came from (-1: the empty plan) and its node index."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.h = np.zeros(1024, dtype=np.int64)
+        self.s = np.zeros(1024)
+        self.parent = np.zeros(1024, dtype=np.int64)
+        self.node = np.zeros(1024, dtype=np.int64)
+
+    def add(self, h: np.ndarray, s: np.ndarray, parent: np.ndarray, node: int) -> int:
+        """Append a front; returns the index of its first label."""
+        first, end = self.size, self.size + len(h)
+        if end > len(self.h):
+            grown = max(end, 2 * len(self.h))
+            for name in ("h", "s", "parent", "node"):
+                old = getattr(self, name)
+                new = np.zeros(grown, dtype=old.dtype)
+                new[:first] = old[:first]
+                setattr(self, name, new)
+        self.h[first:end], self.s[first:end] = h, s
+        self.parent[first:end], self.node[first:end] = parent, node
+        self.size = end
+        return first
+
+
+def _in_edges(tables: list[tuple]) -> tuple[np.ndarray, ...]:
+    """The edges as one numbering: each node index's first edge (`base`), the edges into
+    each node (`into[ptr[x] : ptr[x + 1]]`, in the order they are made), `held`, `extra`."""
+    count = len(tables)
+    sizes = np.array([len(t[0]) for t in tables], dtype=np.int64)
+    base = np.zeros(count + 1, dtype=np.int64)
+    base[1:] = np.cumsum(sizes)
+    empty = np.zeros(0, dtype=np.int64)
+    target = np.concatenate([t[0] for t in tables] + [empty])
+    held = np.concatenate([t[2] for t in tables] + [empty])
+    extra = np.concatenate([t[3] for t in tables] + [np.zeros(0)])
+    inner = np.flatnonzero(target >= 0)
+    into = inner[np.argsort(target[inner], kind="stable")]
+    ptr = np.zeros(count + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum(np.bincount(target[inner], minlength=count))
+    return base, into, ptr, held, extra
+
+
+def _arriving(store: _Store, edges, lo, hi, held, extra) -> tuple[np.ndarray, ...]:
+    """The labels the edges bring to their node: `(H, seconds, label each came from)`."""
+    counts = hi[edges] - lo[edges]
+    some = counts > 0
+    edges, counts = edges[some], counts[some]
+    total = int(counts.sum())
+    starts = np.cumsum(counts) - counts
+    source = np.arange(total) + np.repeat(lo[edges] - starts, counts)
+    h = store.h[source] + np.repeat(held[edges], counts)
+    s = store.s[source] + np.repeat(extra[edges], counts)
+    return h, s, source
+
+
+def _better(chain: MenuChain, best: tuple | None, incumbent, order, store) -> MenuPlan | None:
     """The faster of the best completed label and the incumbent (None if neither)."""
     if best is not None and (incumbent is None or best[0] < incumbent[0]):
-        return _plan(chain, best, order, fronts)
+        return _plan(chain, best, order, store)
     if incumbent is None:
         return None
     actions, options = incumbent[1], (None,) * chain.n
@@ -238,13 +311,9 @@ def _better(chain: MenuChain, best: tuple | None, incumbent, order, fronts) -> M
     return MenuPlan(actions, options, makespan, chain.peak(actions, options))
 
 
-def _pareto(pieces: list[tuple]) -> tuple:
+def _pareto(held: np.ndarray, seconds: np.ndarray, source: np.ndarray) -> tuple:
     """The labels not dominated in (H, seconds), by H ascending (ties: the first made),
-    as arrays `(H, seconds, parent node index, parent position)`."""
-    held = np.concatenate([p[0] for p in pieces])
-    seconds = np.concatenate([p[1] for p in pieces])
-    parent = np.concatenate([np.full(len(p[0]), p[2], dtype=np.int64) for p in pieces])
-    pos = np.concatenate([p[3] for p in pieces])
+    as arrays `(H, seconds, label each came from)`."""
     order = np.lexsort((seconds, held))
     seconds = seconds[order]
     floor = np.minimum.accumulate(seconds)
@@ -252,20 +321,19 @@ def _pareto(pieces: list[tuple]) -> tuple:
     keep[0] = True
     keep[1:] = seconds[1:] < floor[:-1]
     order = order[keep]
-    return held[order], seconds[keep], parent[order], pos[order]
+    return held[order], seconds[keep], source[order]
 
 
-def _plan(chain: MenuChain, best: tuple, order, fronts) -> MenuPlan:
+def _plan(chain: MenuChain, best: tuple, order, store: _Store) -> MenuPlan:
     n = chain.n
     actions = ["recompute"] * n
     options: list[str | None] = [None] * n
-    x, pos = best[2], best[3]
-    while x > 0:
-        k, a = order[x]
+    label = best[3]
+    while label >= 0 and store.node[label] > 0:
+        k, a = order[int(store.node[label])]
         actions[k] = "keep"
         options[k] = chain.choices[k][a][0]
-        front = fronts[x]
-        x, pos = int(front[2][pos]), int(front[3][pos])
+        label = int(store.parent[label])
     makespan = chain.profile.t_ideal + best[0]
     return MenuPlan(
         tuple(actions), tuple(options), makespan, chain.peak(tuple(actions), tuple(options))
