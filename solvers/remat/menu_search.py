@@ -55,8 +55,8 @@ made its own four arrays at once and parked them with its target: on
 GPT-2's traced block repeated to 256 layers (2 million edges) the search
 reached 7.5 GB within 20 work units, and after the label cap, it stopped
 at the cap within a second, mostly for those arrays' own overhead.
-`MAX_LABELS` caps the labels stored and waiting together (~1.3 GB at 64
-bytes each): past it the search stops as a work limit stops it, with its
+`MAX_LABELS` caps the labels stored plus those the next node gathers
+(~1.3 GB at 64 bytes each): past it the search stops as a work limit stops it, with its
 best plan (or the incumbent) and a valid bound. A count, not a
 measurement, so the stop falls at the same node on any machine.
 """
@@ -172,15 +172,13 @@ def run(
     pending[0] = 1
     store = _Store()
     best: tuple | None = None  # (seconds, H, node index, label)
-    held_labels = 1  # labels stored and pending (MAX_LABELS)
     for x in range(len(order)):
         if not pending[x]:
             continue
-        if expired() or held_labels > MAX_LABELS:
+        if expired() or store.size + int(pending[x]) > MAX_LABELS:  # (module NOTE, memory)
             return MenuRun(best, store, stopped=True)
         if spent > work_cap:
             return MenuRun(best, store, capped=True)
-        held_labels -= int(pending[x])
         if x == 0:
             front = _pareto(np.zeros(1, np.int64), np.zeros(1), np.full(1, -1, np.int64))
         else:
@@ -196,7 +194,6 @@ def run(
                     continue
         held_h, seconds = front[0], front[1]
         first = store.add(held_h, seconds, front[2], x)
-        held_labels += len(held_h)
         target, top_h, held, extra, after, _cost = tables[x]
         # (a) H-side prunings: a prefix of the front (H ascending)
         stop = np.searchsorted(held_h, top_h, side="right")
@@ -238,7 +235,6 @@ def run(
         lo[base[x] + moved] = first + start[moved]
         hi[base[x] + moved] = first + stop[moved]
         np.add.at(pending, target[moved], count[moved])
-        held_labels += int(count[moved].sum())
     return MenuRun(best, store)
 
 
