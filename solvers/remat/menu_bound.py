@@ -193,11 +193,14 @@ def _price_node(tables, z, prices, f, x: int) -> None:
     op = cost > NEG
     inner = ~final
     best = np.full(len(prices), np.inf)
-    if inner.any():
-        later = extra[inner, None] + np.outer(held[inner], prices) + f[target[inner]]
-        best = np.minimum(best, later.min(axis=0))
+    if inner.any():  # one array of edges by prices, summed in place
+        later = f[target[inner]]
+        later += np.multiply.outer(held[inner].astype(np.float64), prices)
+        later += extra[inner, None]
+        np.minimum(best, later.min(axis=0), out=best)
     if op.any():
         z_next = np.where(final, 0.0, z[np.where(final, 0, target)])[op]
-        here = extra[op, None] + np.outer(cost[op].astype(np.float64), prices)
-        best = np.minimum(best, (here + z_next[:, None]).min(axis=0))
+        here = np.multiply.outer(cost[op].astype(np.float64), prices)
+        here += (extra[op] + z_next)[:, None]
+        np.minimum(best, here.min(axis=0), out=best)
     f[x] = best
