@@ -109,6 +109,9 @@ def solve_certified(
     return _output(profile, cert, detail), cert
 
 
+TARGET_SHARE = 0.8  # of the work and time left, for the menu search's caps (menu_optimum)
+
+
 def _solve_menus(problem: Problem) -> SolverOutput:
     """The keep/option/recompute optimum of a profile with menus (`solvers.remat.menus`)."""
     profile = problem.profile
@@ -129,8 +132,16 @@ def _solve_menus(problem: Problem) -> SolverOutput:
         )
         return seconds, tuple(a.value for a in whole.plan.actions)
 
+    # the caps' searches get a share of the limits, the start the rest (menu_optimum)
+    left = problem.time_left()
+    part = problem.share(TARGET_SHARE, seconds=None if left is None else TARGET_SHARE * left)
     result, started = solve_menu_room(
-        chain, room, start, charge=problem.meter.charge, expired=problem.expired
+        chain,
+        room,
+        start,
+        charge=problem.meter.charge,
+        expired=problem.expired,
+        targets=(part.meter.charge, lambda: part.expired() or problem.expired()),
     )
     found = result.plan
     if found is None:

@@ -179,3 +179,19 @@ def test_targets_that_spend_their_share_fall_back_to_the_start(monkeypatch):
     result, started = solve_menu_room(chain, room, lambda: (math.inf, ("recompute",) * chain.n))
     assert result.proven and started
     assert result.plan.makespan == pytest.approx(profile.t_ideal + want, rel=1e-9, abs=1e-12)
+
+
+def test_when_the_targets_share_of_the_limits_runs_out_the_start_still_settles_it():
+    """`targets`' limit is the caps' share (remat_dp: 80% of the work and time left): when
+    it comes, the start is asked for and the search it caps runs under the whole limit,
+    so the answer is still proven (before the share, a limit inside the caps stopped it)."""
+    profile = with_menus(random_v2_chain(5, 60, 60), 5)
+    chain = MenuChain(profile)
+    low, high = planopt.min_budget(profile), keep_all_peak(profile)
+    room = int(low + 0.4 * (high - low)) - profile.static_bytes
+    want = unpruned(chain, room)
+    result, started = solve_menu_room(
+        chain, room, lambda: None, targets=(lambda units: None, lambda: True)
+    )
+    assert result.proven and started
+    assert result.plan.makespan == pytest.approx(profile.t_ideal + want, rel=1e-9, abs=1e-12)

@@ -16,7 +16,10 @@ above the root. The edges and the bound are built once for every search.
 NOTE (the start, and anytime). The whole-layer optimum is asked for
 (`start`, the caller's) only when the targets did not settle it within
 their share of work (`TARGET_WORK` times what the edges and bound cost,
-a count: deterministic) or the limit came first; then one search with the
+a count: deterministic), of the caller's limits (`targets`: `remat_dp`
+gives them `TARGET_SHARE` of the work and time left, so that the start is
+computed whole when they spend it: GPT-2's block repeated to 256 layers
+under 20 units), or the limit came first; then one search with the
 start's seconds as its cap runs, as before, and a limit that stops it
 returns the faster of the start and the search's best. When the limit
 comes inside the targets, `start` is still asked (its own starts run to
@@ -45,9 +48,16 @@ def solve_menu_room(
     *,
     charge: Callable[[float], None] = lambda units: None,
     expired: Callable[[], bool] = lambda: False,
+    targets: tuple[Callable[[float], None], Callable[[], bool]] | None = None,
 ) -> tuple[MenuResult, bool]:
     """The menu optimum at `room` and whether `start` (the whole-layer plan: `(seconds,
-    actions)` or None) was asked for. `MenuResult` as `solve_menus` gives it."""
+    actions)` or None) was asked for. `MenuResult` as `solve_menus` gives it.
+
+    `targets`: the charge and the limit of the caps' searches (the caller's share of
+    its limits, so that the start still gets the rest: `remat_dp`); when that limit
+    comes first (or the label cap), the start is asked for, as when the caps spend
+    their `TARGET_WORK`. Default: `charge` and `expired` themselves."""
+    target_charge, target_expired = targets if targets is not None else (charge, expired)
     built = 0.0
 
     def pay(units: float) -> None:
@@ -78,14 +88,14 @@ def solve_menu_room(
     def paid(units: float) -> None:
         nonlocal spent
         spent += units
-        charge(units)
+        target_charge(units)
 
     for _ in range(ROUNDS):
         cap = lower + step
-        done = run(graph, cap, charge=paid, expired=expired, work_cap=share - spent)
-        if done.stopped:
+        done = run(graph, cap, charge=paid, expired=target_expired, work_cap=share - spent)
+        if done.stopped and expired():
             return stopped_result(graph, done, start(), lower), True
-        if done.capped:
+        if done.stopped or done.capped:  # their share, or the label cap: the start's turn
             break
         if done.best is not None:  # within the cap: proven optimal (module NOTE)
             found = better(graph, done, None)
