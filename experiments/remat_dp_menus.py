@@ -214,10 +214,10 @@ def main() -> None:
             source = planopt.load_profile(args.selective)
             fractions = args.selective_fractions
             chains += [(scaled(source, n), fractions) for n in args.selective_lengths]
-        if rows_file(args.tag, args.out).exists():  # rows of other chains stay
-            done = {(p.name, len(p.layers)) for p, _ in chains}
+        if rows_file(args.tag, args.out).exists():  # rows of other chains and budgets stay
+            done = {(p.name, len(p.layers), f) for p, fs in chains for f in fs}
             old = json.loads(rows_file(args.tag, args.out).read_text())
-            rows = [r for r in old if (r["chain"], r["L"]) not in done]
+            rows = [r for r in old if (r["chain"], r["L"], r["fraction"]) not in done]
         for profile, fractions in chains:
             for fraction in fractions:
                 row = {"tag": args.tag, **run(profile, fraction, args.limit)}

@@ -109,7 +109,7 @@ def solve_certified(
     return _output(profile, cert, detail), cert
 
 
-TARGET_SHARE = 0.8  # of the work and time left, for the menu search's caps (menu_optimum)
+TARGET_SHARE = 0.5  # of the work and time left, for the menu search's caps (menu_optimum)
 
 
 def _solve_menus(problem: Problem) -> SolverOutput:

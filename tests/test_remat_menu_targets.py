@@ -182,7 +182,7 @@ def test_targets_that_spend_their_share_fall_back_to_the_start(monkeypatch):
 
 
 def test_when_the_targets_share_of_the_limits_runs_out_the_start_still_settles_it():
-    """`targets`' limit is the caps' share (remat_dp: 80% of the work and time left): when
+    """`targets`' limit is the caps' share (remat_dp: half the work and time left): when
     it comes, the start is asked for and the search it caps runs under the whole limit,
     so the answer is still proven (before the share, a limit inside the caps stopped it)."""
     profile = with_menus(random_v2_chain(5, 60, 60), 5)

@@ -39,8 +39,12 @@ optimum on the random 1,000-layer chain with menus at 50% (0.07457 s
 against 0.07577 s), and 400 prices near the grid's best 0.17% below
 (0.07564 s). So the grid is followed by `FINE`, multiples of its best
 price at the root from 0.5 to 2 (a label off the optimum's path is cut
-best by a price near the root's, `bounds`' `LABEL_PRICES`): one more pass
-over the edges, and the search's labels at 50% fell by 3.5 times.
+best by a price near the root's, `bounds`' `LABEL_PRICES`), then `FINER`,
+multiples of the best of those within 4%: two more passes, on the subgraph
+the caller's cap allows (`menu_graph`'s NOTE), and with the optimum as
+cap the fronts at 50% held 2.8 times fewer labels than with the grid alone
+(0.61 million against 1.73 million), and `FINER` cut the search there from
+0.43 s to 0.28 s.
 """
 
 from __future__ import annotations

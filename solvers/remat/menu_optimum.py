@@ -38,7 +38,7 @@ from solvers.remat.menus import MenuChain
 FIRST_STEP = 2e-3  # the first cap: the root bound plus this share of it and a mean forward
 STEP_GROWTH = 4.0  # each missed cap puts the next this many times further above the root
 ROUNDS = 4  # caps tried before the start is asked for
-TARGET_WORK = 30.0  # the targets' work, in multiples of the edges' and bound's
+TARGET_WORK = 10.0  # the targets' work, in multiples of the edges' and bound's
 
 
 def solve_menu_room(
