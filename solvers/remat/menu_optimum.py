@@ -10,8 +10,8 @@ bound's root value (`MenuBound.root`: the least seconds any plan adds,
 no plan behind it: a search that finds a plan within its cap has proven
 it optimal (any plan at most as fast keeps every label, `menu_search`'s
 NOTE); one that finds none has proven that every plan adds more than the
-cap (a lower bound), and the next cap lies `STEP_GROWTH` times further
-above the root. The edges and the bound are built once for every search.
+cap (a lower bound), and the next cap lies above it by `STEP_GROWTH` times
+the last step. The edges and the bound are built once for every search.
 
 NOTE (the start, and anytime). The whole-layer optimum is asked for
 (`start`, the caller's) only when the targets did not settle it within
@@ -36,7 +36,7 @@ from solvers.remat.menu_search import MenuResult, better, run, stopped_result
 from solvers.remat.menus import MenuChain
 
 FIRST_STEP = 2e-3  # the first cap: the root bound plus this share of it and a mean forward
-STEP_GROWTH = 4.0  # each missed cap puts the next this many times further above the root
+STEP_GROWTH = 4.0  # each missed cap: the next lies above it by this many times the last step
 ROUNDS = 4  # caps tried before the start is asked for
 TARGET_WORK = 10.0  # the targets' work, in multiples of the edges' and bound's
 
