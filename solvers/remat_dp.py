@@ -33,7 +33,7 @@ from planopt.work import method_rate
 from solvers.remat.certify import Certificate, certify
 from solvers.remat.chain import ChainModel
 from solvers.remat.floor import budget_floor
-from solvers.remat.menu_search import solve_menus
+from solvers.remat.menu_optimum import solve_menu_room
 from solvers.remat.menus import MenuChain
 from solvers.remat.minpeak import min_peak
 from solvers.remat.optimum import solve_room
@@ -110,23 +110,39 @@ def solve_certified(
     return _output(profile, cert, detail), cert
 
 
+TARGET_SHARE = 0.5  # of the work and time left, for the menu search's caps (menu_optimum)
+
+
 def _solve_menus(problem: Problem) -> SolverOutput:
     """The keep/option/recompute optimum of a profile with menus (`solvers.remat.menus`)."""
     profile = problem.profile
     chain = MenuChain(profile)
     room = room_cap(math.floor(problem.budget) - profile.static_bytes)
-    # The whole-layer optimum (the v2 DP, fast) is a plan of this space: the
-    # incumbent that prunes the labels.
+    # The whole-layer optimum (the v2 DP) is a plan of this space: the start
+    # that caps the labels when the bound's targets do not settle it first
+    # (`solvers.remat.menu_optimum`'s NOTE).
     bare = profile.replace_layers([dataclasses.replace(x, options=()) for x in profile.layers])
-    whole, _ = solve_certified(dataclasses.replace(problem, profile=bare, base_scorer=None))
-    incumbent = None
-    if whole.plan is not None:  # optimal, or the best when the limit came: a start either way
+
+    def start() -> tuple[float, tuple[str, ...]] | None:
+        whole, _ = solve_certified(dataclasses.replace(problem, profile=bare, base_scorer=None))
+        if whole.plan is None:
+            return None
+        # optimal, or the best when the limit came: a start either way
         seconds = math.fsum(
             x.fwd for x, a in zip(bare.layers, whole.plan.actions, strict=True) if a == "recompute"
         )
-        incumbent = (seconds, tuple(a.value for a in whole.plan.actions))
-    result = solve_menus(
-        chain, room, incumbent=incumbent, charge=problem.meter.charge, expired=problem.expired
+        return seconds, tuple(a.value for a in whole.plan.actions)
+
+    # the caps' searches get a share of the limits, the start the rest (menu_optimum)
+    left = problem.time_left()
+    part = problem.share(TARGET_SHARE, seconds=None if left is None else TARGET_SHARE * left)
+    result, started = solve_menu_room(
+        chain,
+        room,
+        start,
+        charge=problem.meter.charge,
+        expired=problem.expired,
+        targets=(part.meter.charge, lambda: part.expired() or problem.expired()),
     )
     found = result.plan
     if found is None:
@@ -157,7 +173,12 @@ def _solve_menus(problem: Problem) -> SolverOutput:
             result.lower,
             message=(
                 f"remat-dp: best plan over menus when the limit came ({partial} layer(s) "
-                f"with an option; the whole-layer optimum is the start)"
+                f"with an option; "
+                + (
+                    "the whole-layer plan is the start)"
+                    if started
+                    else "the search's best, no start asked for)"
+                )
             ),
             stopped=True,
         )

@@ -187,7 +187,7 @@ def test_the_edge_arrays_are_the_running_rows(seed):
 def test_the_lagrangian_bound_is_below_every_fitting_completion(profile, pick):
     """At every node of every keep/option/recompute plan that fits, what the plan's rest
     adds is at least the bound at the bytes the plan holds there (`menu_bound`'s NOTE)."""
-    from solvers.remat import menu_search
+    from solvers.remat import menu_graph
     from solvers.remat.menu_bound import MenuBound
 
     chain = MenuChain(profile)
@@ -203,9 +203,10 @@ def test_the_lagrangian_bound_is_below_every_fitting_completion(profile, pick):
             plans.append((acts, picks, chain.peak(actions, options) - chain.static))
     peaks = sorted({p for _, _, p in plans})
     room = peaks[pick % len(peaks)]
-    edges, _ = menu_search._edges(chain, order, room, lambda: False)
-    need, rest = menu_search._lookahead(edges)
-    bound = MenuBound(chain, menu_search._edge_tables(edges, need, rest, room), room)
+    edges, _ = menu_graph._edges(chain, order, room, lambda: False)
+    need, rest = menu_graph._lookahead(edges)
+    tables = menu_graph._edge_tables(edges, need, rest, room)
+    bound = MenuBound(chain, tables, room).refine(tables)  # the grid and the finer prices
     for acts, picks, peak in plans:
         if peak > room:
             continue

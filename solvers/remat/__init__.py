@@ -18,6 +18,11 @@
 * `floor`: a lower bound on the space's minimum budget from the layers
   alone, which answers "infeasible" before any model is built.
 * `certify`: what a solve proves, in a form the tests check independently.
+* Menus (cost model v3: keep whole, keep an option, or recompute): `menus`
+  (the theorem extended), `menu_edges` (the segments a layer at a time),
+  `menu_graph` (edges, lookahead, the bound each cap may use),
+  `menu_bound` (the Lagrangian bound), `menu_search` (the labels under a
+  cap), `menu_optimum` (caps from the bound, then the whole-layer start).
 
 The registered method is `solvers.remat_dp` ("remat-dp").
 """

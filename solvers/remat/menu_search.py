@@ -47,14 +47,18 @@ Charged node by node, so a work limit stops the search at the same node
 on any machine. Before, the labels were not charged at all.
 
 NOTE (memory). Every expanded front is kept (the plan is read back through
-it) and every label made waits in its target's pending list, so memory
-grows with the labels, faster than the work charged for them: on GPT-2's
-traced block repeated to 256 layers the search reached 7.5 GB within 20
-work units. `MAX_LABELS` caps the labels held (about 64 bytes each, fronts
-and pending together: ~1.3 GB; a pending piece counts `PIECE_LABELS` more
-for its arrays' own overhead): past it the search stops as a work limit
-stops it, with its best plan (or the incumbent) and a valid bound. A count,
-not a measurement, so the stop falls at the same node on any machine.
+it), in one set of growing arrays (`_Store`, 32 bytes a label, up to twice
+that while they grow). A label an edge makes is not stored: the edge keeps
+the range of its source's stored labels it takes (two integers), and the
+target gathers them when it is expanded (`_arriving`). Before, each edge
+made its own four arrays at once and parked them with its target: on
+GPT-2's traced block repeated to 256 layers (2 million edges) the search
+reached 7.5 GB within 20 work units, and after the label cap, it stopped
+at the cap within a second, mostly for those arrays' own overhead.
+`MAX_LABELS` caps the labels stored plus those the next node gathers
+(~1.3 GB at 64 bytes each): past it the search stops as a work limit stops it, with its
+best plan (or the incumbent) and a valid bound. A count, not a
+measurement, so the stop falls at the same node on any machine.
 """
 
 from __future__ import annotations
@@ -65,18 +69,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solvers.remat.menu_bound import MenuBound
-from solvers.remat.menu_edges import MenuEdges
-from solvers.remat.menus import DEAD, NEG, MenuChain, MenuPlan
+from solvers.remat.menu_graph import MenuGraph
+from solvers.remat.menus import MenuChain, MenuPlan
 
 LABEL_WORK = 1e-7  # work units per label made (calibrated in the module NOTE)
 EDGE_WORK = 1e-6  # work units per edge tried from an expanded node
-SEGMENT_WORK = 1e-7  # work units per segment cost computed (`MenuEdges.tried`)
-BOUND_WORK = 1e-8  # work units per (edge, price) of the Lagrangian bound
-OPEN = 1 << 62  # no limit on H from this edge
 REFINE = 2  # rounds of the bound at the least H of each edge's suffix (pruning 6)
 MAX_LABELS = 20_000_000  # labels held at once, fronts and pending (module NOTE, memory)
-PIECE_LABELS = 8  # a pending piece's own cost in labels (four small arrays and a tuple)
 
 
 def solve_menus(
@@ -91,90 +90,21 @@ def solve_menus(
 
     A `MenuResult`: proven, the optimum (or no plan when none fits); cut short
     by the limit, the best plan known (the incumbent, or a completed label)
-    with a lower bound on the optimum's makespan. Labels `(H, seconds)` per
-    node `(k, a)`, kept as numpy arrays, Pareto-pruned; nodes in layer order, so
-    a node's front is final when it is expanded. The prunings (each proven in
-    the module NOTE) cut every edge's labels to one index range of the front.
-    Work: the `*_WORK` constants (module NOTE), charged node by node.
+    with a lower bound on the optimum's makespan. One search, with the
+    incumbent's seconds as its cap (`run`); `menu_optimum` drives searches
+    with targets instead.
     """
-    n = chain.n
-    if chain.pg_from[0] > room:
-        return MenuResult(None, True, math.inf)
-    order = [(-1, 0)] + [(k, a) for k in range(n) for a in range(len(chain.choices[k]))]
-    edges, evaluated = _edges(chain, order, room, expired)
-    charge(evaluated * SEGMENT_WORK)
-    if edges is None:
-        return _stopped(chain, None, incumbent, 0.0, order, {})
-    need, rest = _lookahead(edges)
-    lower = float(rest[0])
-    if lower == math.inf or need[0] > room:  # no completion of the empty plan fits
-        found = _better(chain, None, incumbent, order, {})
+    graph = MenuGraph.build(chain, room, charge=charge, expired=expired)
+    if graph.stopped:
+        return stopped_result(graph, None, incumbent, 0.0)
+    if graph.empty:  # no completion of the empty plan fits
+        found = better(graph, None, incumbent)
         return MenuResult(found, True, math.inf if found is None else found.makespan)
-    tables = _edge_tables(edges, need, rest, room)
-    bound = MenuBound(chain, tables, room)
-    charge(sum(len(t[0]) for t in tables) * len(bound.prices) * BOUND_WORK)
-    best_seconds = math.inf if incumbent is None else incumbent[0]
-    # pending[x]: the label pieces (H, seconds, parent node index, parent position) for node x
-    pending: list[list[tuple]] = [[] for _ in order]
-    pending[0].append((np.zeros(1, np.int64), np.zeros(1), -1, np.zeros(1, np.int64)))
-    fronts: dict[int, tuple] = {}
-    best: tuple | None = None  # (seconds, H, node index, position)
-    held_labels = 1 + PIECE_LABELS  # labels in `fronts` and `pending` (MAX_LABELS)
-    for x in range(len(order)):
-        if not pending[x]:
-            continue
-        if expired() or held_labels > MAX_LABELS:
-            return _stopped(chain, best, incumbent, lower, order, fronts)
-        held_labels -= sum(len(piece[0]) + PIECE_LABELS for piece in pending[x])
-        front = _pareto(pending[x])
-        pending[x] = []
-        slack = 1e-9 * (1.0 + abs(best_seconds)) if best_seconds < math.inf else 0.0
-        if best_seconds < math.inf:  # the Lagrangian bound (`menu_bound`'s NOTE)
-            keep = front[1] + bound.lower(x, front[0]) <= best_seconds + slack + bound.margin
-            if not keep.all():
-                front = tuple(part[keep] for part in front)
-                if not len(front[0]):
-                    continue
-        fronts[x] = front
-        held_labels += len(front[0])
-        held_h, seconds = front[0], front[1]
-        target, top_h, held, extra, after, _cost = tables[x]
-        # (a) H-side prunings: a prefix of the front (H ascending)
-        stop = np.searchsorted(held_h, top_h, side="right")
-        # (b) the seconds prune: a suffix (seconds strictly descending along the front)
-        if best_seconds < math.inf:
-            cap = best_seconds + slack
-            start = np.searchsorted(-seconds, extra + after - cap, side="left")
-            # (c) the bound at the least H the suffix holds (it grows with H), twice
-            inner = np.flatnonzero((target >= 0) & (start < stop))
-            for _ in range(REFINE):
-                if not len(inner):
-                    break
-                least = held_h[start[inner]] + held[inner]
-                ahead = bound.lower_at(target[inner], least) - bound.margin
-                start[inner] = np.searchsorted(-seconds, extra[inner] + ahead - cap, side="left")
-                inner = inner[start[inner] < stop[inner]]
-        else:
-            start = np.zeros(len(target), dtype=np.int64)
-        count = np.maximum(stop - start, 0)
-        made = int(count.sum())
-        charge(made * LABEL_WORK + len(target) * EDGE_WORK)
-        if not made:
-            continue
-        held_labels += made + PIECE_LABELS * int(np.count_nonzero((target >= 0) & (count > 0)))
-        final = (target < 0) & (count > 0)
-        if final.any():  # completions: the fastest of each edge is its last label
-            last = stop[final] - 1
-            done = seconds[last] + extra[final]
-            j = int(np.lexsort((held_h[last] + held[final], done))[0])
-            if best is None or (done[j], int(held_h[last[j]] + held[final][j])) < best[:2]:
-                best = (float(done[j]), int(held_h[last[j]] + held[final][j]), x, int(last[j]))
-            if best[0] < best_seconds:
-                best_seconds = best[0]
-        for e in np.flatnonzero((target >= 0) & (count > 0)).tolist():
-            pos = np.arange(start[e], stop[e])
-            pending[target[e]].append((held_h[pos] + held[e], seconds[pos] + extra[e], x, pos))
-    found = _better(chain, best, incumbent, order, fronts)
+    cap = math.inf if incumbent is None else incumbent[0]
+    done = run(graph, cap, charge=charge, expired=expired)
+    if done.stopped:
+        return stopped_result(graph, done, incumbent, graph.rest0)
+    found = better(graph, done, incumbent)
     return MenuResult(found, True, math.inf if found is None else found.makespan)
 
 
@@ -188,10 +118,188 @@ class MenuResult:
     lower: float
 
 
-def _better(chain: MenuChain, best: tuple | None, incumbent, order, fronts) -> MenuPlan | None:
+@dataclass(frozen=True)
+class MenuRun:
+    """One search's end: its best completion `(seconds, H, node index, label)` or None
+    (none within its cap), the labels to read it back from (`_Store`), and whether the
+    limit (`stopped`, the label cap included) or its own `work_cap` (`capped`) ended it."""
+
+    best: tuple | None
+    store: _Store | None
+    stopped: bool = False
+    capped: bool = False
+
+
+def better(graph: MenuGraph, done: MenuRun | None, incumbent) -> MenuPlan | None:
+    """The faster of a run's best completion and the incumbent (None if neither)."""
+    best = None if done is None else done.best
+    store = None if done is None else done.store
+    return _better(graph.chain, best, incumbent, graph.order, store)
+
+
+def stopped_result(graph: MenuGraph, done: MenuRun | None, incumbent, lower: float) -> MenuResult:
+    """The answer of a search the limit stopped: the best plan known, `lower` seconds."""
+    found = better(graph, done, incumbent)
+    return MenuResult(found, False, graph.chain.profile.t_ideal + lower)
+
+
+def run(
+    graph: MenuGraph,
+    cap: float,
+    *,
+    charge: Callable[[float], None] = lambda units: None,
+    expired: Callable[[], bool] = lambda: False,
+    work_cap: float = math.inf,
+) -> MenuRun:
+    """The fastest completion adding at most `cap` seconds (plus the tie slack), by
+    labels pruned as the module NOTE says; `best` None: none within the cap (with
+    `cap = inf`: no plan fits). Past `work_cap` units charged, stops `capped`."""
+    tables, bound = graph.for_cap(cap, charge)
+    order = graph.order
+    spent = 0.0
+
+    def pay(units: float) -> None:
+        nonlocal spent
+        spent += units
+        charge(units)
+
+    best_seconds = cap
+    base, into, ptr, held_all, extra_all = _in_edges(tables)
+    # an edge's labels: the stored labels lo..hi-1 of its source, moved along it
+    lo = np.zeros(len(held_all), dtype=np.int64)
+    hi = np.zeros(len(held_all), dtype=np.int64)
+    pending = np.zeros(len(order), dtype=np.int64)  # labels waiting per node
+    pending[0] = 1
+    store = _Store()
+    best: tuple | None = None  # (seconds, H, node index, label)
+    for x in range(len(order)):
+        if not pending[x]:
+            continue
+        if expired() or store.size + int(pending[x]) > MAX_LABELS:  # (module NOTE, memory)
+            return MenuRun(best, store, stopped=True)
+        if spent > work_cap:
+            return MenuRun(best, store, capped=True)
+        if x == 0:
+            front = _pareto(np.zeros(1, np.int64), np.zeros(1), np.full(1, -1, np.int64))
+        else:
+            front = _pareto(
+                *_arriving(store, into[ptr[x] : ptr[x + 1]], lo, hi, held_all, extra_all)
+            )
+        slack = 1e-9 * (1.0 + abs(best_seconds)) if best_seconds < math.inf else 0.0
+        if best_seconds < math.inf:  # the Lagrangian bound (`menu_bound`'s NOTE)
+            keep = front[1] + bound.lower(x, front[0]) <= best_seconds + slack + bound.margin
+            if not keep.all():
+                front = tuple(part[keep] for part in front)
+                if not len(front[0]):
+                    continue
+        held_h, seconds = front[0], front[1]
+        first = store.add(held_h, seconds, front[2], x)
+        target, top_h, held, extra, after, _cost = tables[x]
+        # (a) H-side prunings: a prefix of the front (H ascending)
+        stop = np.searchsorted(held_h, top_h, side="right")
+        # (b) the seconds prune: a suffix (seconds strictly descending along the front)
+        if best_seconds < math.inf:
+            cap_x = best_seconds + slack
+            start = np.searchsorted(-seconds, extra + after - cap_x, side="left")
+            # (c) the bound at the least H the suffix holds (it grows with H), twice
+            inner = np.flatnonzero((target >= 0) & (start < stop))
+            for _ in range(REFINE):
+                if not len(inner):
+                    break
+                least = held_h[start[inner]] + held[inner]
+                ahead = bound.lower_at(target[inner], least) - bound.margin
+                start[inner] = np.searchsorted(-seconds, extra[inner] + ahead - cap_x, side="left")
+                inner = inner[start[inner] < stop[inner]]
+        else:
+            start = np.zeros(len(target), dtype=np.int64)
+        count = np.maximum(stop - start, 0)
+        made = int(count.sum())
+        pay(made * LABEL_WORK + len(target) * EDGE_WORK)
+        if not made:
+            continue
+        final = (target < 0) & (count > 0)
+        if final.any():  # completions: the fastest of each edge is its last label
+            last = stop[final] - 1
+            done = seconds[last] + extra[final]
+            j = int(np.lexsort((held_h[last] + held[final], done))[0])
+            if best is None or (done[j], int(held_h[last[j]] + held[final][j])) < best[:2]:
+                best = (
+                    float(done[j]),
+                    int(held_h[last[j]] + held[final][j]),
+                    x,
+                    first + int(last[j]),
+                )
+            if best[0] < best_seconds:
+                best_seconds = best[0]
+        moved = np.flatnonzero((target >= 0) & (count > 0))
+        lo[base[x] + moved] = first + start[moved]
+        hi[base[x] + moved] = first + stop[moved]
+        np.add.at(pending, target[moved], count[moved])
+    return MenuRun(best, store)
+
+
+class _Store:
+    """Every expanded front's labels in one set of growing arrays: `H`, seconds, the
+    label each came from (-1: the empty plan) and its node index."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.h = np.zeros(1024, dtype=np.int64)
+        self.s = np.zeros(1024)
+        self.parent = np.zeros(1024, dtype=np.int64)
+        self.node = np.zeros(1024, dtype=np.int64)
+
+    def add(self, h: np.ndarray, s: np.ndarray, parent: np.ndarray, node: int) -> int:
+        """Append a front; returns the index of its first label."""
+        first, end = self.size, self.size + len(h)
+        if end > len(self.h):
+            grown = max(end, 2 * len(self.h))
+            for name in ("h", "s", "parent", "node"):
+                old = getattr(self, name)
+                new = np.zeros(grown, dtype=old.dtype)
+                new[:first] = old[:first]
+                setattr(self, name, new)
+        self.h[first:end], self.s[first:end] = h, s
+        self.parent[first:end], self.node[first:end] = parent, node
+        self.size = end
+        return first
+
+
+def _in_edges(tables: list[tuple]) -> tuple[np.ndarray, ...]:
+    """The edges as one numbering: each node index's first edge (`base`), the edges into
+    each node (`into[ptr[x] : ptr[x + 1]]`, in the order they are made), `held`, `extra`."""
+    count = len(tables)
+    sizes = np.array([len(t[0]) for t in tables], dtype=np.int64)
+    base = np.zeros(count + 1, dtype=np.int64)
+    base[1:] = np.cumsum(sizes)
+    empty = np.zeros(0, dtype=np.int64)
+    target = np.concatenate([t[0] for t in tables] + [empty])
+    held = np.concatenate([t[2] for t in tables] + [empty])
+    extra = np.concatenate([t[3] for t in tables] + [np.zeros(0)])
+    inner = np.flatnonzero(target >= 0)
+    into = inner[np.argsort(target[inner], kind="stable")]
+    ptr = np.zeros(count + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum(np.bincount(target[inner], minlength=count))
+    return base, into, ptr, held, extra
+
+
+def _arriving(store: _Store, edges, lo, hi, held, extra) -> tuple[np.ndarray, ...]:
+    """The labels the edges bring to their node: `(H, seconds, label each came from)`."""
+    counts = hi[edges] - lo[edges]
+    some = counts > 0
+    edges, counts = edges[some], counts[some]
+    total = int(counts.sum())
+    starts = np.cumsum(counts) - counts
+    source = np.arange(total) + np.repeat(lo[edges] - starts, counts)
+    h = store.h[source] + np.repeat(held[edges], counts)
+    s = store.s[source] + np.repeat(extra[edges], counts)
+    return h, s, source
+
+
+def _better(chain: MenuChain, best: tuple | None, incumbent, order, store) -> MenuPlan | None:
     """The faster of the best completed label and the incumbent (None if neither)."""
     if best is not None and (incumbent is None or best[0] < incumbent[0]):
-        return _plan(chain, best, order, fronts)
+        return _plan(chain, best, order, store)
     if incumbent is None:
         return None
     actions, options = incumbent[1], (None,) * chain.n
@@ -199,77 +307,9 @@ def _better(chain: MenuChain, best: tuple | None, incumbent, order, fronts) -> M
     return MenuPlan(actions, options, makespan, chain.peak(actions, options))
 
 
-def _stopped(chain: MenuChain, best, incumbent, lower: float, order, fronts) -> MenuResult:
-    found = _better(chain, best, incumbent, order, fronts)
-    return MenuResult(found, False, chain.profile.t_ideal + lower)
-
-
-def _edges(chain: MenuChain, order, room: int, expired: Callable[[], bool]):
-    """Every segment that fits an empty `H` from each node index, as arrays `(target node
-    index or -1 at the chain's end, cost, held, seconds)`; None when the limit came first."""
-    n = chain.n
-    builder = MenuEdges(chain)
-    offset = [0] * (n + 1)
-    for x, (k, a) in enumerate(order):
-        if k >= 0 and a == 0:
-            offset[k] = x
-    offset_arr = np.array(offset, dtype=np.int64)
-    edges = []
-    for k, a in order:
-        if expired():
-            return None, builder.tried
-        t, b, cost, held, extra = builder.node(k, a, room)
-        target = np.where(t + 1 < n, offset_arr[np.minimum(t + 1, n - 1)] + b, -1)
-        edges.append((target, cost, held, extra))
-    return edges, builder.tried
-
-
-def _lookahead(edges) -> tuple[np.ndarray, np.ndarray]:
-    """Per node index: `need`, the least `H`-relative peak any completion has (NEG: none
-    has an op; DEAD: no completion fits), and `rest`, the least seconds any completion
-    adds with `H` ignored (inf: none)."""
-    count = len(edges)
-    need = np.full(count, DEAD, dtype=np.int64)
-    rest = np.full(count, np.inf)
-    for x in range(count - 1, -1, -1):
-        target, cost, held, extra = edges[x]
-        final = target < 0
-        safe = np.where(final, 0, target)
-        ok = final | np.isfinite(rest[safe])
-        if not ok.any():
-            continue
-        later = need[safe]
-        total = np.where(final, cost, np.maximum(cost, np.where(later > NEG, held + later, NEG)))
-        seconds = extra + np.where(final, 0.0, rest[safe])
-        need[x] = total[ok].min()
-        rest[x] = seconds[ok].min()
-    return need, rest
-
-
-def _edge_tables(edges, need, rest, room: int) -> list[tuple]:
-    """Per node index, its edges as arrays: the target node's index (-1: the chain's
-    end), the largest `H` a label may hold to take the edge (its segment fits and
-    the target's `need` still fits above it), `held`, seconds added, `rest` of the
-    target (a lower bound on the seconds any completion from there adds), and cost."""
-    tables = []
-    for target, cost, held, extra in edges:
-        final = target < 0
-        safe = np.where(final, 0, target)
-        limit = np.where(cost > NEG, room - cost, OPEN)
-        ahead = np.where(final, NEG, need[safe])
-        limit = np.minimum(limit, np.where(ahead > NEG, room - ahead - held, OPEN))
-        after = np.where(final, 0.0, rest[safe])
-        tables.append((target, limit, held, extra, after, cost))
-    return tables
-
-
-def _pareto(pieces: list[tuple]) -> tuple:
+def _pareto(held: np.ndarray, seconds: np.ndarray, source: np.ndarray) -> tuple:
     """The labels not dominated in (H, seconds), by H ascending (ties: the first made),
-    as arrays `(H, seconds, parent node index, parent position)`."""
-    held = np.concatenate([p[0] for p in pieces])
-    seconds = np.concatenate([p[1] for p in pieces])
-    parent = np.concatenate([np.full(len(p[0]), p[2], dtype=np.int64) for p in pieces])
-    pos = np.concatenate([p[3] for p in pieces])
+    as arrays `(H, seconds, label each came from)`."""
     order = np.lexsort((seconds, held))
     seconds = seconds[order]
     floor = np.minimum.accumulate(seconds)
@@ -277,20 +317,19 @@ def _pareto(pieces: list[tuple]) -> tuple:
     keep[0] = True
     keep[1:] = seconds[1:] < floor[:-1]
     order = order[keep]
-    return held[order], seconds[keep], parent[order], pos[order]
+    return held[order], seconds[keep], source[order]
 
 
-def _plan(chain: MenuChain, best: tuple, order, fronts) -> MenuPlan:
+def _plan(chain: MenuChain, best: tuple, order, store: _Store) -> MenuPlan:
     n = chain.n
     actions = ["recompute"] * n
     options: list[str | None] = [None] * n
-    x, pos = best[2], best[3]
-    while x > 0:
-        k, a = order[x]
+    label = best[3]
+    while label >= 0 and store.node[label] > 0:
+        k, a = order[int(store.node[label])]
         actions[k] = "keep"
         options[k] = chain.choices[k][a][0]
-        front = fronts[x]
-        x, pos = int(front[2][pos]), int(front[3][pos])
+        label = int(store.parent[label])
     makespan = chain.profile.t_ideal + best[0]
     return MenuPlan(
         tuple(actions), tuple(options), makespan, chain.peak(tuple(actions), tuple(options))
