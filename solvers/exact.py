@@ -267,13 +267,7 @@ def solve_exact(
 
     form = build(problem.profile, problem.budget, actions=actions, with_swap_wait=with_swap_wait)
     charge_model(problem, form)
-    if record.objective_cap:
-        # NOTE: CP-SAT only. HiGHS 1.14 with its feasibility tolerance at 1e-9 (the
-        # linear rows' big-M needs it) answered "optimal" 85% above the optimum on a
-        # 4-layer chain once this row was in the model (tests/test_inplace_rule.py's
-        # hypothesis case: 68.58 s against 37.14 s; CBC and CP-SAT agreed on 37.14);
-        # the LP-based back-ends bound the objective with their own relaxation anyway.
-        add_objective_floor(form, relaxed)
+    add_objective_floor(form, relaxed)
     hint = None
     if incumbent is not None:
         charge_hint(problem, form)
