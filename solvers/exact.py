@@ -52,8 +52,13 @@ from solvers.exact_search import (
 )
 from solvers.model import build, evaluate
 from solvers.starters import charge_starters, starters_problem
+from solvers.swap_start import swap_start
 
 ALL_ACTIONS: tuple[Action, ...] = (KEEP, SWAP, RECOMPUTE)
+# The keep/swap greedy's work cap as a start of the keep/swap space: 0.01-0.05
+# units on the 14-21-layer bundled nets, 13-44 on the 162-layer BERT (then it
+# gives nothing and the other starts remain).
+SWAP_START_WORK = 1.0
 # The model has O(L^2) variables; past this many layers building it alone
 # takes longer than users expect of a time limit.
 DEFAULT_MAX_LAYERS = 200
@@ -101,7 +106,9 @@ def _check_size(problem: Problem, max_layers: int) -> None:
 
 def _warm_starts(problem: Problem, actions: Sequence[Action], given: Plan | None) -> list[Plan]:
     """Starting plans inside the action set: the caller's, every registered baseline's and
-    the greedy's, and the minimum-memory plan (it fits any budget >= min_budget).
+    the greedy's, the minimum-memory plan (it fits any budget >= min_budget), and for the
+    keep/swap space the keep/swap greedy (`solvers.swap_start`, on at most
+    `SWAP_START_WORK` units: the greedy's plan recomputes, so it is seldom of that space).
 
     NOTE: the seam the shared starts portfolio (`solvers.search.starts`)
     replaces. `problem` is the starters' request (`solvers.search.starts.starters_problem`:
@@ -118,6 +125,10 @@ def _warm_starts(problem: Problem, actions: Sequence[Action], given: Plan | None
             plans.append(plan)
     plans.append(min_memory_plan(problem.profile))
     allowed = set(actions)
+    if allowed == {KEEP, SWAP} and not problem.out_of_time():
+        plan = swap_start(problem.share(work_cap=SWAP_START_WORK))
+        if plan is not None:
+            plans.append(plan)
     return [p for p in plans if all(a in allowed for a in p.actions)]
 
 
