@@ -29,15 +29,18 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from planopt.errors import ProfileMismatchError, where
+from planopt.plan import SWAP
 from planopt.profile import Layer
 from planopt.runtime.chain import Chain, LossFn
 from planopt.runtime.checkpointing import OPTION_EARLY_STOP, buffers_kept
 from planopt.runtime.sac import sac_context
+from planopt.runtime.sacswap import OptionCache
 from planopt.runtime.tracker import at, current_where, regenerating
 
 
 class Step(Protocol):
     chain: Chain
+    layers: list  # of `planopt.runtime.layers.LayerState`
     target: torch.Tensor | None
     loss_fn: LossFn | None
 
@@ -50,6 +53,11 @@ def partial_forward(
     chain, target, loss_fn = step.chain, step.target, step.loss_fn
     module = chain.layers[i]
     calls = [0]
+    state = step.layers[i]
+    if state.action is SWAP:  # its kept subset goes to host (`planopt.runtime.sacswap`)
+        context = state.cache = OptionCache(policy, output_changed, state.where)
+    else:
+        context = sac_context(policy, output_changed=output_changed)
 
     def run(x: torch.Tensor) -> torch.Tensor:
         calls[0] += 1
@@ -57,6 +65,7 @@ def partial_forward(
             return chain.run_layer(i, x, target, loss_fn)
         where = current_where()
         at(f"R_{i}")
+        state.wait_back()  # R_i reads the copied-back kept subset
         try:
             with buffers_kept([module]), regenerating():
                 return chain.run_layer(i, x, target, loss_fn)
@@ -67,7 +76,7 @@ def partial_forward(
         run,
         h,
         use_reentrant=False,
-        context_fn=sac_context(policy, output_changed=output_changed),
+        context_fn=context,
         early_stop=OPTION_EARLY_STOP,
     )
 
