@@ -280,3 +280,32 @@ def test_a_torch_without_the_cache_is_refused_with_a_planopt_error():
     cache.contexts = (object(), object())
     with pytest.raises(SacInternalsError, match=r"layer 3 \(block\).*selective-checkpoint cache"):
         cache.take(set(), torch.zeros(1), False)
+
+
+# -- what the planners return ---------------------------------------------------------------
+
+
+@HF
+def test_the_planners_swapped_options_run_under_apply():
+    """auto, lns and exact give tiny Llama's blocks swapped options at these budgets
+    (work limits, so the same plans anywhere); each trains bitwise and holds its peak.
+    Before: `apply` refused them, and `solve_pinned` dropped a swapped block's option."""
+    from planopt.runtime import solve_pinned
+
+    model, batch, loss_fn, prof = model_setup("llama", "slow")
+    plain = _train_model(copy.deepcopy(model), batch, loss_fn)
+    swapped = 0
+    for method, budget in (("auto", "35%"), ("lns", "50%"), ("exact", "35%")):
+        plan = solve_pinned(prof.profile, budget, method, work_limit=2).plan
+        options = plan.options or (None,) * len(plan)
+        swapped += sum(
+            o is not None and a is SWAP for a, o in zip(plan.actions, options, strict=False)
+        )
+        make = functools.partial(_apply, plan=plan, prof=prof, link=APPLY_LINKS["slow"])
+        planned = _train_model(copy.deepcopy(model), batch, loss_fn, make)
+        assert all(torch.equal(a, b) for a, b in zip(plain, planned, strict=True)), method
+        m = copy.deepcopy(model)
+        with apply(m, plan, prof, link=APPLY_LINKS["slow"]) as handle:
+            measured = measure_step(m, batch, loss_fn, handle=handle)
+        assert -UNDER <= measured.error <= OVER, (method, measured)
+    assert swapped >= 3
