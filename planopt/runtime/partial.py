@@ -1,10 +1,13 @@
-"""A kept layer with a partial option (cost model v3), run by the chain executor.
+"""A kept or swapped layer with a partial option (cost model v3), run by the chain executor.
 
 The layer's forward runs under non-reentrant `torch.utils.checkpoint` with
 the selective-checkpoint contexts of `planopt.runtime.sac` saving exactly
 the option's operator positions (`SavePositions`): SAC's cache holds the
 option's `h_k` bytes from `F_i` to `B_i`, and checkpoint replays the rest of
-the forward at the first unpack inside `B_i` (the cost model's `R_i`).
+the forward at the first unpack inside `B_i` (the cost model's `R_i`). On a
+swapped layer the region's `context_fn` is an `OptionCache`
+(`planopt.runtime.sacswap`): the layer's `LayerState` copies that cache out
+with its swap and back at `prefetch_at`, and `R_i` waits for the copy back.
 
 It composes with the executor's routing: checkpoint saves the layer's input
 `x_i` (`_CheckpointFrame.save_inputs`) before its own hooks are pushed, so
