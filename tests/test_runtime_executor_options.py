@@ -149,17 +149,24 @@ def test_check_reports_an_option_plan():
     assert report.predicted_peak == planopt.simulate(prof, plan).peak_bytes
 
 
-def test_an_option_on_a_swapped_layer_is_refused_with_what_to_do():
-    ref, _, prof = setup("gpt", False, False)
+def test_an_option_on_a_swapped_layer_runs():
+    """Before: refused (InvalidPlanError, "kept layer only"); now its kept subset is
+    swapped (`tests/test_runtime_swap_options.py` has the evidence)."""
+    ref, batch, prof = setup("gpt", False, False)
     n = len(prof)
     i = next(i for i, layer in enumerate(prof.layers) if layer.options)
     acts = [KEEP] * n
     acts[i] = SWAP
     opts = [None] * n
-    opts[i] = prof.layers[i].options[0].name
+    opts[i] = max(prof.layers[i].options, key=lambda o: o.saved_bytes).name
     plan = Plan.build(acts, options=opts, profile=prof)
-    with pytest.raises(InvalidPlanError, match=r"kept layer only.*action swap"):
-        Executor(ref.chain, plan, profile=prof, loss_fn=ref.loss_fn)
+    plain, mine = copy.deepcopy(ref.chain), copy.deepcopy(ref.chain)
+    loss_a, _, _ = train_step(plain, batch, ref.loss_fn)
+    loss_b, _, ex = train_step(mine, batch, ref.loss_fn, plan, prof)
+    assert torch.equal(loss_a, loss_b)
+    pairs = zip(plain.parameters(), mine.parameters(), strict=True)
+    assert all(torch.equal(p.grad, q.grad) for p, q in pairs)
+    assert ex.last_step.copies_out == ex.last_step.copies_back == 1
 
 
 def test_an_option_plan_needs_its_profile():

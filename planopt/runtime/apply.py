@@ -123,12 +123,6 @@ class PlanHandle:
         self.link, self.link_clock = link, link_clock
         self.schedule = StepPlan(plan, prof)
         self._policies = self.schedule.policies  # names checked by plan.check above
-        for i, policy in enumerate(self._policies):
-            if policy is not None and plan.actions[i] is not KEEP:
-                raise InvalidPlanError(
-                    f"{where(i, prof.layers[i].name)}: apply supports a partial option on a "
-                    f"kept layer only, got option with action {plan.actions[i].value}"
-                )
         self.run_top: dict[int, int] = {}
         for first, top in self.schedule.block_at.values():
             for j in range(first, top + 1):

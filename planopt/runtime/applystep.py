@@ -1,9 +1,9 @@
 """One training step of a model under a plan, applied in place with torch's own mechanisms.
 
 A `PlanStep` lives from the model's forward to the end of its backward. Its
-routing `saved_tensors_hooks` are active for the whole model forward; inside
-a recompute run, `torch.utils.checkpoint`'s hooks are innermost and take
-over. Every tensor autograd saves goes to the layer that owns it:
+routing `saved_tensors_hooks` are active for the whole model forward (inside
+a checkpoint region checkpoint's are innermost). Every tensor autograd saves
+goes to the layer that owns it:
 
 * the output of a swapped layer, or the top output of a recompute run, read
   by a later layer (its `saves_input`): a `Saved` reference, filled by the
@@ -11,29 +11,22 @@ over. Every tensor autograd saves goes to the layer that owns it:
 * a tensor a swapped block makes (its internals; its output when its own
   backward reads it): a `Saved` that holds the tensor until the end of the
   block's forward, then nothing until the copy back;
-* anything else (parameters, the batch, tensors the prefix made, what kept
-  layers save): the tensor itself, as plain PyTorch holds it.
+* anything else (parameters, the batch, what kept layers save): the tensor.
 
 Backward steps are marked by `BackwardSteps` (hooks on each layer's output):
 at the issue of step `t` the copies back with `prefetch_at = t` are enqueued,
-then the recompute run whose block step is `t` is regenerated (the cost
-model's recompute block), and `B_t` waits for the copies it reads; at the
-end of `B_t` what it was the last reader of is released.
+then the recompute block of step `t` runs, and `B_t` waits for the copies it
+reads; at the end of `B_t` what it was the last reader of is released.
 
 NOTE (a recompute run as one checkpoint): a run `k+1 .. t` of recomputed
 blocks is one non-reentrant checkpoint region, opened in block `k+1`'s
-forward and closed after block `t`'s, with the generator that
-`torch.utils.checkpoint.checkpoint(use_reentrant=False)` itself steps around
-one call (`_checkpoint_without_reentrant_generator`). Its function replays
-the blocks' recorded calls from the run's base, so checkpoint saves only the
-base and preserves RNG and autocast as it does for one call. Early stop is
-off, so the replay reaches the run's top output: when the next layer reads
-it (`saves_input`), it is dropped after the forward and regenerated with the
-run, as the cost model says. A tiny `Trigger` saved last in the region lets
-the step start the regeneration at the cost model's block step (its
-`saved_tensors` is unpacked from the step's hook). A partial option's
-region (one block) replays with early stop, which is what its menu's `r_k`
-counts.
+forward and closed after block `t`'s, with the generator `checkpoint(...,
+use_reentrant=False)` steps around one call. It replays the blocks' recorded
+calls from the run's base (checkpoint saves only the base, preserves RNG and
+autocast). Early stop is off: the replay reaches the run's top output. A
+tiny `Trigger` saved last in the region starts the regeneration at the block
+step. An option's region replays with early stop (its `r_k`); a swapped block's SAC
+cache goes to host and back (`planopt.runtime.sacswap`).
 """
 
 from __future__ import annotations
@@ -57,6 +50,7 @@ from planopt.runtime.checkpointing import (
 )
 from planopt.runtime.errors import StepUsageError
 from planopt.runtime.regions import call_tensors, first_tensor, with_hidden, without_hidden
+from planopt.runtime.sacswap import OptionCache
 from planopt.runtime.steps import BackwardSteps
 from planopt.runtime.storage import TensorMeta, byte_view, plain, storage_key, view_on
 
@@ -93,6 +87,8 @@ class Owner:
         self.order: list[int] = []  # internal storage keys, in copy order
         self.out_read = False  # the output was copied too (it has a backward reader)
         self.released = False
+        self.cache: OptionCache | None = None  # a swapped block's option (its SAC cache)
+        self.foreign: frozenset[int] = frozenset()  # storages the block does not own
 
     def add_internal(self, key: int, t: torch.Tensor) -> Saved:
         ref = Saved(self, plain(t), TensorMeta(t))
@@ -113,6 +109,8 @@ class Owner:
             self.keep_alive.pop(out_key, None)
         keys = list(self.internals)
         views = [byte_view(self.keep_alive[k]) for k in keys]
+        if self.cache is not None:  # a partial option: its kept subset (v3, 12.2 item 3)
+            views = [*self.cache.take(self.foreign, out, out_read), *views]
         if out_read:
             views.append(byte_view(out))
         self.order = keys
@@ -131,6 +129,8 @@ class Owner:
         back = self.step.copies.copy_back(self.host, self.step.device)
         self.back = back
         buffers = list(back.buffers)
+        if self.cache is not None:
+            buffers = self.cache.restore(buffers)
         for key, buffer in zip(self.order, buffers, strict=False):
             for ref in self.internals[key]:
                 ref.tensor = view_on(buffer, ref.meta)
@@ -162,6 +162,9 @@ class Owner:
         if self.host is not None:
             self.step.copies.release(self.host, self.back)
         self.host = self.back = None
+        if self.cache is not None:
+            self.cache.drop()
+            self.cache = None
 
 
 class Run:
@@ -188,6 +191,9 @@ class Run:
         self.gen = None
 
     def _replay(self, base: torch.Tensor) -> None:
+        owner = self.step.owners.get(self.first)
+        if owner is not None:
+            owner.wait_back()  # a swapped option: R_i reads its copied-back kept subset
         h = base
         # A replay must not update buffers twice (batch-norm running statistics).
         with buffers_kept(self.step.handle.run_modules(self.first, self.top)):
@@ -306,11 +312,13 @@ class PlanStep:
                 run.close()
                 self.open_run = None
         elif option is not None:
-            if action is SWAP:
-                raise NotImplementedError  # refused by apply's checks
             run = self.open_run = Run(self, r, r)
             changed = self.sched.output_changed[r]  # the block above changes it in place
             context = functools.partial(sac_context, option, output_changed=changed)
+            if action is SWAP:  # its kept subset goes to host (`planopt.runtime.sacswap`)
+                owner = self.owner(r)
+                context = owner.cache = OptionCache(option, changed, f"layer {r}")
+                owner.foreign = self.static | {storage_key(t) for t in call_tensors(args, kwargs)}
             run.open(x, context, early_stop=OPTION_EARLY_STOP)
             run.record(original, args, kwargs)
             out = original(*args, **kwargs)

@@ -37,6 +37,7 @@ from planopt.errors import PlanoptError, where
 from planopt.plan import KEEP, RECOMPUTE, SWAP, Action
 from planopt.runtime.chain import Chain
 from planopt.runtime.recompute import RecomputeError
+from planopt.runtime.sacswap import OptionCache
 from planopt.runtime.storage import (
     Saves,
     TensorMeta,
@@ -153,6 +154,7 @@ class LayerState:
         self.internals: list[Part] = []
         self.host: HostCopy | None = None
         self.back: DeviceCopy | None = None
+        self.cache: OptionCache | None = None  # a swapped layer's option (its SAC cache)
         self.copied_version = 0  # the output's version when it was copied out
         self.input_refs: list[Ref] = []  # refs this forward made to the layer below's output
         self.input_version = 0  # the input's version as the forward starts
@@ -223,6 +225,9 @@ class LayerState:
     def _copy_out(self, out: torch.Tensor, internals: list[torch.Tensor]) -> None:
         step = self.step
         views = [byte_view(t) for t in internals]
+        if self.cache is not None:  # a partial option: its kept subset (v3, 12.2 item 3)
+            foreign = step.static | {self.saves.input_key}
+            views = [*self.cache.take(foreign, out, step.out_read[self.index]), *views]
         if step.out_read[self.index]:
             views.append(byte_view(out))
         self.host = step.copies.copy_out(views, self.index)
@@ -301,7 +306,10 @@ class LayerState:
         parts = list(self.internals)
         if step.out_read[self.index]:
             parts.append(self.output)
-        for part, buffer in zip(parts, back.buffers, strict=True):
+        buffers = back.buffers
+        if self.cache is not None:
+            buffers = self.cache.restore(buffers)
+        for part, buffer in zip(parts, buffers, strict=True):
             part.fill(buffer)
             if part is self.output and self.index in step.bases:
                 part.base = view_on(buffer, part.meta)
@@ -351,6 +359,9 @@ class LayerState:
         if self.host is not None:
             self.step.copies.release(self.host, self.back)
         self.host = self.back = None
+        if self.cache is not None:
+            self.cache.drop()
+            self.cache = None
         self.pending.clear()
         self.saves = None
 

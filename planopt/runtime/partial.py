@@ -1,10 +1,13 @@
-"""A kept layer with a partial option (cost model v3), run by the chain executor.
+"""A kept or swapped layer with a partial option (cost model v3), run by the chain executor.
 
 The layer's forward runs under non-reentrant `torch.utils.checkpoint` with
 the selective-checkpoint contexts of `planopt.runtime.sac` saving exactly
 the option's operator positions (`SavePositions`): SAC's cache holds the
 option's `h_k` bytes from `F_i` to `B_i`, and checkpoint replays the rest of
-the forward at the first unpack inside `B_i` (the cost model's `R_i`).
+the forward at the first unpack inside `B_i` (the cost model's `R_i`). On a
+swapped layer the region's `context_fn` is an `OptionCache`
+(`planopt.runtime.sacswap`): the layer's `LayerState` copies that cache out
+with its swap and back at `prefetch_at`, and `R_i` waits for the copy back.
 
 It composes with the executor's routing: checkpoint saves the layer's input
 `x_i` (`_CheckpointFrame.save_inputs`) before its own hooks are pushed, so
@@ -29,15 +32,18 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from planopt.errors import ProfileMismatchError, where
+from planopt.plan import SWAP
 from planopt.profile import Layer
 from planopt.runtime.chain import Chain, LossFn
 from planopt.runtime.checkpointing import OPTION_EARLY_STOP, buffers_kept
 from planopt.runtime.sac import sac_context
+from planopt.runtime.sacswap import OptionCache
 from planopt.runtime.tracker import at, current_where, regenerating
 
 
 class Step(Protocol):
     chain: Chain
+    layers: list  # of `planopt.runtime.layers.LayerState`
     target: torch.Tensor | None
     loss_fn: LossFn | None
 
@@ -50,6 +56,11 @@ def partial_forward(
     chain, target, loss_fn = step.chain, step.target, step.loss_fn
     module = chain.layers[i]
     calls = [0]
+    state = step.layers[i]
+    if state.action is SWAP:  # its kept subset goes to host (`planopt.runtime.sacswap`)
+        context = state.cache = OptionCache(policy, output_changed, state.where)
+    else:
+        context = sac_context(policy, output_changed=output_changed)
 
     def run(x: torch.Tensor) -> torch.Tensor:
         calls[0] += 1
@@ -57,6 +68,7 @@ def partial_forward(
             return chain.run_layer(i, x, target, loss_fn)
         where = current_where()
         at(f"R_{i}")
+        state.wait_back()  # R_i reads the copied-back kept subset
         try:
             with buffers_kept([module]), regenerating():
                 return chain.run_layer(i, x, target, loss_fn)
@@ -67,7 +79,7 @@ def partial_forward(
         run,
         h,
         use_reentrant=False,
-        context_fn=sac_context(policy, output_changed=output_changed),
+        context_fn=context,
         early_stop=OPTION_EARLY_STOP,
     )
 

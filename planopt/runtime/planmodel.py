@@ -51,8 +51,7 @@ PIN_TRIES = 4
 
 def _pinned(plan: Plan, profile: Profile) -> Plan:
     """`plan`'s actions and options on `profile`, the prefix and suffix (code around the
-    blocks) kept whole, a swapped block's option dropped (apply runs options on kept
-    blocks only), then mended to keep the in-place rule (`planopt.runnable.repair`: a
+    blocks) kept whole, then mended to keep the in-place rule (`planopt.runnable.repair`: a
     block that changes its input in place may not be replayed above the kept prefix)."""
     actions = list(plan.actions)
     prefetch, wait = list(plan.prefetch_at), list(plan.swap_wait)
@@ -61,8 +60,6 @@ def _pinned(plan: Plan, profile: Profile) -> Plan:
         actions[i], prefetch[i], wait[i] = KEEP, None, None
         if options is not None:
             options[i] = None
-    if options is not None:  # apply runs an option on a kept block only: a swap is whole
-        options = [o if a is KEEP else None for a, o in zip(actions, options, strict=True)]
     actions, prefetch, wait, options = repair(profile, actions, prefetch, wait, options)
     return Plan.build(actions, prefetch, wait, profile=profile, options=options)
 

@@ -9,7 +9,7 @@ copies back each step issues and the forwards that wait for a copy out.
 from __future__ import annotations
 
 from planopt.errors import InvalidPlanError, InvalidProfileError, ProfileMismatchError, where
-from planopt.plan import KEEP, RECOMPUTE, SWAP, Plan
+from planopt.plan import RECOMPUTE, SWAP, Plan
 from planopt.profile import Profile
 from planopt.runtime.chain import Chain
 from planopt.simulate import Scorer
@@ -50,14 +50,6 @@ def check_plan(chain: Chain, plan: Plan, profile: Profile | None) -> None:
                 raise InvalidPlanError(
                     f"{where(i, theirs)}: name must match the chain, got {mine!r}"
                 )
-    for i, (action, option) in enumerate(zip(plan.actions, plan.options or (), strict=False)):
-        if option is not None and action is not KEEP:
-            raise InvalidPlanError(
-                f"{where(i, chain.names[i])}: the runtimes run a layer option (cost model v3) "
-                f"on a kept layer only, got option {option!r} with action {action.value}; "
-                "a swap of an option's kept subset is not run (no runtime offloads "
-                "selective-checkpoint caches), so keep the layer with its option or swap it whole"
-            )
 
 
 def option_policies(plan: Plan, profile: Profile | None) -> list[tuple[int, ...] | None]:
