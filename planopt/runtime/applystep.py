@@ -126,9 +126,14 @@ class Owner:
     def copy_back(self) -> None:
         if self.host is None or self.back is not None or self.released:
             return
-        back = self.step.copies.copy_back(self.host, self.step.device)
+        # The engine calls `_fill` once the buffers exist: at once, or (an emulated
+        # link) at the copy's start, as the cost model allocates them.
+        back = self.step.copies.copy_back(self.host, self.step.device, self._fill)
         self.back = back
-        buffers = list(back.buffers)
+        back.buffers = []
+
+    def _fill(self, buffers: list[torch.Tensor]) -> None:
+        buffers = list(buffers)
         if self.cache is not None:
             buffers = self.cache.restore(buffers)
         for key, buffer in zip(self.order, buffers, strict=False):
@@ -137,7 +142,6 @@ class Owner:
         if self.out_read:
             for ref in self.outputs:
                 ref.tensor = view_on(buffers[-1], ref.meta)
-        back.buffers = []
 
     def wait_back(self) -> None:
         if self.back is not None:
@@ -265,8 +269,8 @@ class PlanStep:
             return self.swapping.add_internal(key, t)
         return plain(t)
 
-    @staticmethod
-    def unpack(packed: Any) -> torch.Tensor:
+    def unpack(self, packed: Any) -> torch.Tensor:
+        self.copies.poll()  # a copy back that started by now holds its buffers
         if isinstance(packed, torch.Tensor):
             return packed
         packed.owner.wait_back()
@@ -367,6 +371,7 @@ class PlanStep:
 
     def _issue(self, t: int) -> None:
         sched = self.sched
+        self.copies.poll()
         for i in sched.prefetch.get(t, ()):
             self.owner(i).copy_back()
         run = sched.block_at.get(t)
@@ -378,6 +383,7 @@ class PlanStep:
             self.owner(i).wait_back()
 
     def _end(self, t: int) -> None:
+        self.copies.poll()
         if t in self.owners:
             self.owners[t].release()
         if t > 0 and (t - 1) in self.owners and not self.sched.saves_output[t - 1]:
