@@ -82,11 +82,9 @@ class Owner:
         self.internals: dict[int, list[Saved]] = {}
         self.keep_alive: dict[int, torch.Tensor] = {}
         self.outputs: list[Saved] = []
-        self.host = None
-        self.back = None
+        self.host = self.back = None
         self.order: list[int] = []  # internal storage keys, in copy order
-        self.out_read = False  # the output was copied too (it has a backward reader)
-        self.released = False
+        self.out_read = self.released = False  # out_read: the output was copied too
         self.cache: OptionCache | None = None  # a swapped block's option (its SAC cache)
         self.foreign: frozenset[int] = frozenset()  # storages the block does not own
 
@@ -126,16 +124,13 @@ class Owner:
     def copy_back(self) -> None:
         if self.host is None or self.back is not None or self.released:
             return
-        # The engine calls `_fill` once the buffers exist: at once, or (an emulated
-        # link) at the copy's start, as the cost model allocates them.
-        back = self.step.copies.copy_back(self.host, self.step.device, self._fill)
-        self.back = back
-        back.buffers = []
+        # `_fill` runs once the buffers exist: at once, or at the copy's start (a link).
+        self.back = self.step.copies.copy_back(self.host, self.step.device, self._fill)
+        self.back.buffers = []
 
     def _fill(self, buffers: list[torch.Tensor]) -> None:
-        buffers = list(buffers)
         if self.cache is not None:
-            buffers = self.cache.restore(buffers)
+            buffers = self.cache.restore(list(buffers))
         for key, buffer in zip(self.order, buffers, strict=False):
             for ref in self.internals[key]:
                 ref.tensor = view_on(buffer, ref.meta)
@@ -270,7 +265,7 @@ class PlanStep:
         return plain(t)
 
     def unpack(self, packed: Any) -> torch.Tensor:
-        self.copies.poll()  # a copy back that started by now holds its buffers
+        self.copies.poll()  # a copy back started by now gets its buffers
         if isinstance(packed, torch.Tensor):
             return packed
         packed.owner.wait_back()
