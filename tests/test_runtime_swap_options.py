@@ -51,7 +51,7 @@ SLOW = planopt.Device("slow", 2e5, 2e5, 1e-3)
 LINKS = {"instant": INSTANT, "slow": SLOW}
 # apply's models copy hundreds of KiB: a slow link whose copies last about a block's
 # forward. (Below 20 MB/s one swapped-option plan of tiny GPT-2 measures 4.8% above the
-# prediction; whole-layer swaps there do at any emulated bandwidth, docs/runtime.md.)
+# prediction, measured when copies back were allocated at their enqueue, docs/runtime.md.)
 APPLY_LINKS = {"instant": INSTANT, "slow": planopt.Device("slow", 2e8, 2e8, 1e-4)}
 OVER, UNDER = 0.02, 0.005  # the fidelity tolerance
 STEPS = 3

@@ -82,11 +82,9 @@ class Owner:
         self.internals: dict[int, list[Saved]] = {}
         self.keep_alive: dict[int, torch.Tensor] = {}
         self.outputs: list[Saved] = []
-        self.host = None
-        self.back = None
+        self.host = self.back = None
         self.order: list[int] = []  # internal storage keys, in copy order
-        self.out_read = False  # the output was copied too (it has a backward reader)
-        self.released = False
+        self.out_read = self.released = False  # out_read: the output was copied too
         self.cache: OptionCache | None = None  # a swapped block's option (its SAC cache)
         self.foreign: frozenset[int] = frozenset()  # storages the block does not own
 
@@ -126,18 +124,19 @@ class Owner:
     def copy_back(self) -> None:
         if self.host is None or self.back is not None or self.released:
             return
-        back = self.step.copies.copy_back(self.host, self.step.device)
-        self.back = back
-        buffers = list(back.buffers)
+        # `_fill` runs once the buffers exist: at once, or at the copy's start (a link).
+        self.back = self.step.copies.copy_back(self.host, self.step.device, self._fill)
+        self.back.buffers = []
+
+    def _fill(self, buffers: list[torch.Tensor]) -> None:
         if self.cache is not None:
-            buffers = self.cache.restore(buffers)
+            buffers = self.cache.restore(list(buffers))
         for key, buffer in zip(self.order, buffers, strict=False):
             for ref in self.internals[key]:
                 ref.tensor = view_on(buffer, ref.meta)
         if self.out_read:
             for ref in self.outputs:
                 ref.tensor = view_on(buffers[-1], ref.meta)
-        back.buffers = []
 
     def wait_back(self) -> None:
         if self.back is not None:
@@ -265,8 +264,8 @@ class PlanStep:
             return self.swapping.add_internal(key, t)
         return plain(t)
 
-    @staticmethod
-    def unpack(packed: Any) -> torch.Tensor:
+    def unpack(self, packed: Any) -> torch.Tensor:
+        self.copies.poll()  # a copy back started by now gets its buffers
         if isinstance(packed, torch.Tensor):
             return packed
         packed.owner.wait_back()
@@ -367,6 +366,7 @@ class PlanStep:
 
     def _issue(self, t: int) -> None:
         sched = self.sched
+        self.copies.poll()
         for i in sched.prefetch.get(t, ()):
             self.owner(i).copy_back()
         run = sched.block_at.get(t)
@@ -378,6 +378,7 @@ class PlanStep:
             self.owner(i).wait_back()
 
     def _end(self, t: int) -> None:
+        self.copies.poll()
         if t in self.owners:
             self.owners[t].release()
         if t > 0 and (t - 1) in self.owners and not self.sched.saves_output[t - 1]:

@@ -9,7 +9,8 @@ the copies into them, outside the dispatcher
 them, so `MemTracker`'s peak of a swap plan on CPU is the device peak the
 cost model predicts. The copies back land in buffers allocated normally on
 the compute thread: device memory, seen from the instant the copy back is
-enqueued, as the CUDA allocator would hand them out.
+enqueued (synchronous copies), or from its modelled start over an emulated
+link (`planopt.runtime.threadcopies`, the cost model's instant).
 
 `ThreadCopies` already copies on worker threads (a dispatch mode sees only
 the thread it was entered on); its host buffers are hidden here too.

@@ -37,6 +37,7 @@ without CUDA.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
@@ -73,9 +74,15 @@ class DeviceCopy:
     nbytes: int = field(default=0)
 
 
+Fill = Callable[[list[torch.Tensor]], None]
+
+
 class CopyEngine(Protocol):
     def copy_out(self, views: list[torch.Tensor], layer: int = -1) -> HostCopy: ...
-    def copy_back(self, copy: HostCopy, device: torch.device) -> DeviceCopy: ...
+    def copy_back(
+        self, copy: HostCopy, device: torch.device, fill: Fill | None = None
+    ) -> DeviceCopy: ...
+    def poll(self) -> None: ...
     def wait_out(self, copy: HostCopy) -> None: ...
     def wait_back(self, copy: DeviceCopy) -> None: ...
     def release(self, copy: HostCopy, back: DeviceCopy | None) -> None: ...
@@ -96,10 +103,19 @@ class Copies:
         done = self._enqueue(Direction.D2H, hosts, views, None, layer)
         return HostCopy(hosts, done, layer)
 
-    def copy_back(self, copy: HostCopy, device: torch.device) -> DeviceCopy:
+    def copy_back(
+        self, copy: HostCopy, device: torch.device, fill: Fill | None = None
+    ) -> DeviceCopy:
+        """Enqueue the copy back; `fill(buffers)` is called on the compute side once its
+        device buffers exist (here at once; an engine may allocate them at the copy's start)."""
         buffers = self._device_buffers([h.numel() for h in copy.hosts], device)
         done = self._enqueue(Direction.H2D, buffers, copy.hosts, copy.done, copy.layer)
+        if fill is not None:
+            fill(buffers)
         return DeviceCopy(buffers, done, nbytes=sum(b.numel() for b in buffers))
+
+    def poll(self) -> None:
+        """The compute side passes a step boundary: an engine may allocate now what is due."""
 
     def wait_out(self, copy: HostCopy) -> None:
         self._wait(copy.done)
