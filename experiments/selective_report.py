@@ -33,7 +33,7 @@ def _front_words(name: str) -> str:
     picks = sorted(
         {min(pairs, key=lambda x, s=share: abs(x[0] - s)) for share in (0.15, 0.3, 0.45)}
     )
-    return "in the cached profile: " + ", ".join(
+    return f"{len(pairs)} entries in the cached profile: " + ", ".join(
         f"keeping {kept:.1%} of the internals replays {replay:.1%} of the forward"
         for kept, replay in picks
     )
@@ -261,9 +261,11 @@ def _targets(rows, scale, gpt48, lines: list[str]) -> None:
         "**Why (a) is missed on the GPT-2 and BERT blocks, met by remat-dp on Llama.** A "
         "menu helps by as much as its front is convex: options that keep few bytes but "
         "spare most of the replay. Under the roofline every memory-bound operator "
-        "(dropout, softmax, GELU, layer norm) costs time in proportion to its bytes, so the "
-        f"GPT2Block's front is nearly straight ({_front_words('gpt2-b8-s1024')}); an "
-        "option then buys "
+        "(dropout, softmax, GELU, layer norm) costs time in proportion to its bytes, and "
+        "most of GPT2Block's policies hold more in their checkpointed forward than the "
+        "plain forward does, so the menu builder leaves them out (cost model v3 has no "
+        "per-option forward term; counting them would under-predict): GPT-2's menu "
+        f"({_front_words('gpt2-b8-s1024')}) buys "
         "about what recomputing part of a whole block would, and a chain of 12-24 whole "
         "blocks is already fine-grained. Llama's block (SwiGLU MLP, intermediate 8192) "
         "saves large elementwise products that are cheap to replay beside its matmuls "
