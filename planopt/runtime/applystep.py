@@ -24,10 +24,9 @@ forward and closed after block `t`'s, with the generator `checkpoint(...,
 use_reentrant=False)` steps around one call. It replays the blocks' recorded
 calls from the run's base (checkpoint saves only the base, preserves RNG and
 autocast). Early stop is off: the replay reaches the run's top output. A
-tiny `Trigger` saved last in the region starts the regeneration at the block
-step. An option's region replays with early stop (its `r_k`); a swapped block's SAC
-cache goes to host and back (`planopt.runtime.sacswap`).
-"""
+tiny `Trigger` saved last in the region starts the regeneration at the block step.
+An option's region replays with early stop (`r_k`); a swapped one's SAC cache goes
+to host and back (`planopt.runtime.sacswap`)."""
 
 from __future__ import annotations
 
