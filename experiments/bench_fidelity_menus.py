@@ -54,7 +54,7 @@ from experiments.bench_fidelity import (
 )
 from planopt.errors import PlanoptError
 from planopt.plan import KEEP, RECOMPUTE, SWAP, Plan, need_indices
-from planopt.profile import backward_frees
+from planopt.profile import with_signed_scratch
 from planopt.runtime import apply, measure_step, profile_in_place, reference_model
 from planopt.runtime.hf import hf_available, hf_model
 from planopt.runtime.measure import measure
@@ -178,14 +178,7 @@ def signed_profile(prof: planopt.Profile, release: tuple[int, ...]) -> planopt.P
     """`prof` with each backward's scratch signed as `profile_in_place(signed_scratch=True)`
     makes it (minus what it frees first, down to cost model v3's floor): the chain
     profiler has no such option (its backward scratch is clamped at 0)."""
-    layers = list(prof.layers)
-    layers = [
-        replace(layer, bwd_work_bytes=-min(release[i], backward_frees(tuple(layers), i)))
-        if release[i] and not layer.bwd_work_bytes
-        else layer
-        for i, layer in enumerate(layers)
-    ]
-    return prof.replace_layers(layers)
+    return prof.replace_layers(with_signed_scratch(prof.layers, release))
 
 
 def run_in_place(family: str, regime: str, args, rows: list[Row], skipped: list[str]) -> None:

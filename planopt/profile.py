@@ -6,8 +6,10 @@ malformed profile never reaches the simulator or a solver.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -192,6 +194,19 @@ def backward_frees(layers: tuple[Layer, ...], i: int) -> int:
     if i > 0 and layer.saves_input and not layers[i - 1].saves_output:
         freed += layers[i - 1].out_bytes
     return freed
+
+
+def with_signed_scratch(layers: Sequence[Layer], release: Sequence[int]) -> list[Layer]:
+    """`layers` with each backward's scratch signed: minus the measured `release[i]`
+    (what that backward frees before its allocations peak), down to v3's floor
+    (`backward_frees`); layers with a scratch or no release are left as they are."""
+    layers = tuple(layers)
+    return [
+        dataclasses.replace(layer, bwd_work_bytes=-min(release[i], backward_frees(layers, i)))
+        if release[i] and not layer.bwd_work_bytes
+        else layer
+        for i, layer in enumerate(layers)
+    ]
 
 
 def _check_scratch_floor(layers: tuple[Layer, ...]) -> None:

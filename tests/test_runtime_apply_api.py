@@ -411,16 +411,6 @@ def test_a_batch_of_another_shape_is_warned_about_once():
     assert len(shape) == 1 and "float32[2, 8, 32]" in str(shape[0].message)
 
 
-def test_signed_scratch_needs_cost_model_v3():
-    import planopt.profile
-
-    if hasattr(planopt.profile, "backward_frees"):
-        pytest.skip("cost model v3 is in: tests/test_runtime_apply_v3.py covers it")
-    model, batch, _ = tiny("gpt2")
-    with pytest.raises(planopt.errors.UnsupportedProfileError, match="needs cost model v3"):
-        _profile(model, batch, signed_scratch=True)
-
-
 class _Boom(nn.Module):
     """A block that can be told to raise (an out-of-memory error, a bad input)."""
 

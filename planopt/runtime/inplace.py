@@ -25,7 +25,6 @@ gradient regime the steps ran in (`apply` checks the loop against it).
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,8 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from planopt.errors import UnsupportedProfileError
-from planopt.profile import Device, Layer, Profile
+from planopt.profile import Device, Layer, Profile, with_signed_scratch
 from planopt.runtime.errors import RuntimeOptionError
 from planopt.runtime.inplacemenus import block_menus
 from planopt.runtime.inplacestep import InstrumentedStep
@@ -70,19 +68,6 @@ class InPlaceProfile:
     @property
     def grad_regime(self) -> str:
         return "none" if self.grads_to_none else "kept"
-
-
-def _backward_frees():
-    """Cost model v3's floor of a backward's scratch (`planopt.profile.backward_frees`)."""
-    import planopt.profile
-
-    frees = getattr(planopt.profile, "backward_frees", None)
-    if frees is None:
-        raise UnsupportedProfileError(
-            "signed_scratch: needs cost model v3 (a negative bwd_work_bytes), which this "
-            "planopt does not have; profile with signed_scratch=False"
-        )
-    return lambda layers, i: frees(tuple(layers), i)
 
 
 def _cpu_link_error() -> ValueError:
@@ -124,7 +109,6 @@ def profile_in_place(
     entries (`None`: the whole front), attached to its block layers
     (`planopt.runtime.inplacemenus`); False: a cost model v2 profile.
     """
-    frees = _backward_frees() if signed_scratch else None
     for what, value, low in (("iterations", iterations, 1), ("warmup", warmup, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise RuntimeOptionError(f"{what} must be an integer >= {low}, got {value!r}")
@@ -202,13 +186,8 @@ def profile_in_place(
         f"warm-up. Static: parameters, buffers, batch, {static.note}, the loss and its seed "
         f"gradient; {grads}. Link: {link_note}."
     )
-    if frees is not None:
-        layers = [
-            dataclasses.replace(layer, bwd_work_bytes=-min(release[i], frees(layers, i)))
-            if release[i] and not layer.bwd_work_bytes
-            else layer
-            for i, layer in enumerate(layers)
-        ]
+    if signed_scratch:
+        layers = with_signed_scratch(layers, release)
         source += " Backward scratch signed (cost model v3): minus what each backward frees first."
     prof = Profile(
         name=name or type(model).__name__,
