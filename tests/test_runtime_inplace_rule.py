@@ -23,13 +23,14 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
+from test_runtime_inplace import ACTIONS, _block  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 import planopt  # noqa: E402
 from planopt import InvalidPlanError, Plan, registry  # noqa: E402
 from planopt.errors import UnsupportedProfileError  # noqa: E402
-from planopt.plan import KEEP, RECOMPUTE, SWAP, need_indices  # noqa: E402
+from planopt.plan import RECOMPUTE, SWAP, need_indices  # noqa: E402
 from planopt.runnable import runnable, violations  # noqa: E402
 from planopt.runtime import Chain, Executor, RecomputeError  # noqa: E402
 from planopt.runtime.profiler import profile  # noqa: E402
@@ -143,14 +144,6 @@ def test_every_method_plans_a_runnable_plan_that_trains_exactly(menus, fraction,
         planned += 1
     assert planned >= least
     assert swapped_options >= swapped
-
-
-ACTIONS = {"k": KEEP, "r": RECOMPUTE, "s": SWAP}
-
-
-def _block(c_in: int, c_out: int) -> nn.Module:
-    # LeakyReLU is not idempotent: a replay from the changed value gives other gradients.
-    return nn.Sequential(nn.LeakyReLU(0.1, inplace=True), nn.Linear(c_in, c_out))
 
 
 @functools.cache
