@@ -4,8 +4,8 @@
 `planopt.runtime.threadcopies` (`monkeypatch.setattr(threadcopies, "time",
 LateTime(...))`): every sleep of a copy worker thread lasts `late` seconds
 more, so a worker wakes up after the copy's modelled end, while the compute
-thread keeps its own timing. `LateStartCopies` also makes its workers start
-every copy `start` seconds late. Memory must not depend on either: what the
+thread keeps its own timing. `LateStart` (`LateStartCopies`) makes the workers
+start every copy late. Memory must not depend on either: what the
 cost model frees at a copy's end is gone when the compute thread next looks.
 """
 
@@ -34,13 +34,19 @@ class LateTime:
         time.sleep(seconds + self.late if on_worker() else seconds)
 
 
-class LateStartCopies(ThreadCopies):
+class LateStart:
+    """Mixin for a `ThreadCopies`: its workers start each copy `start_late` s late."""
+
+    start_late = 0.02
+
+    def _run(self, job, previous_end: float) -> float:
+        time.sleep(self.start_late)
+        return super()._run(job, previous_end)
+
+
+class LateStartCopies(LateStart, ThreadCopies):
     """ThreadCopies whose workers start each copy `start` seconds late."""
 
     def __init__(self, link, start: float) -> None:
         super().__init__(link)
         self.start_late = start
-
-    def _run(self, job, previous_end: float) -> float:
-        time.sleep(self.start_late)
-        return super()._run(job, previous_end)

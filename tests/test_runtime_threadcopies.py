@@ -31,6 +31,7 @@ from planopt.runtime import (  # noqa: E402
     reference_model,
     threadcopies,
 )
+from planopt.runtime import executor as executor_module  # noqa: E402
 from planopt.runtime.engines import copy_engine  # noqa: E402
 from planopt.runtime.profiler import profile  # noqa: E402
 from planopt.runtime.storage import byte_view  # noqa: E402
@@ -58,7 +59,8 @@ class GatedCopies(ThreadCopies):
 
     A gate opens when the test sets it, or when the compute thread first waits
     for a copy it holds (`held_at`: where the step was then): the copy is
-    certainly not done at that wait, whatever the machine's load.
+    certainly not done at that wait, whatever the machine's load. Until then
+    the copies of its direction last forever on the link.
     """
 
     def __init__(self, link: planopt.Device) -> None:
@@ -69,6 +71,11 @@ class GatedCopies(ThreadCopies):
     def _run(self, job, previous_end: float) -> float:
         self.gates[job.direction].wait()
         return super()._run(job, previous_end)
+
+    def duration(self, direction: Direction, nbytes: int) -> float:
+        # A held copy lasts until its gate opens: the compute thread, which makes a copy
+        # out past its link's end that a (starved) worker has not started, leaves it alone.
+        return super().duration(direction, nbytes) if self.gates[direction].is_set() else math.inf
 
     def _wait(self, job) -> None:
         gate = self.gates[job.direction]
@@ -290,15 +297,33 @@ def test_a_worker_that_wakes_up_late_holds_no_storage_past_a_copy_end(monkeypatc
     engine.close()
 
 
-def test_a_copy_out_a_starved_worker_has_not_made_is_waited_for_at_its_end():
+def test_a_copy_out_a_starved_worker_has_not_started_is_made_at_its_end():
     """Over an instant link a copy out ends when it is enqueued: the compute thread's
-    next poll (a step boundary) waits for the real copy and frees the storage."""
+    next poll (a step boundary) makes the copy a starved worker has not started, and
+    frees the storage."""
     engine = LateStartCopies(planopt.Device("instant", math.inf, math.inf, 0.0), start=0.5)
     host, swapped, data = _swapped(engine)
     engine.poll()
     assert swapped() is None
     assert torch.equal(host.hosts[0], data)  # copied before it was freed
     engine.close()
+
+
+@pytest.mark.parametrize("name", ["mlp", "gpt"])
+def test_an_executor_step_frees_the_copies_out_a_starved_worker_has_not_made(name, monkeypatch):
+    """Over an instant link a copy out ends with its forward. Workers that start each
+    copy 20 ms late (a CPU-starved machine) made every layer swapped measure 8.6% (mlp)
+    and 14.4% (gpt) over the prediction: the swapped storages lived into the backward.
+    Each step's start now makes the copies out the spec has ended and frees them."""
+    instant = planopt.Device("instant", math.inf, math.inf, 0.0)
+    late = functools.partial(LateStartCopies, start=0.02)
+    monkeypatch.setattr(executor_module, "copy_engine", lambda device, link, clock: late(link))
+    ref, batch, prof = setup(name)
+    prof = prof.replace_layers(prof.layers, device=instant)
+    plan = all_swap(prof)
+    m = measure(ref.chain, plan, batch, ref.loss_fn, profile=prof, iterations=0, link=instant)
+    predicted = simulate(prof, plan).peak_bytes
+    assert -0.005 <= (predicted - m.peak_bytes) / m.peak_bytes <= 0.02, (predicted, m.peak_bytes)
 
 
 def test_a_swap_heavy_step_is_slower_than_keep_all_by_about_the_predicted_stall():

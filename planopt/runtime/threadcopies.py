@@ -1,56 +1,42 @@
 """The spec's copy engines on host threads: rehearse a plan on CPU with an emulated link.
 
-`ThreadCopies(link)` runs a D2H and an H2D worker thread, each taking its
-queue's copies one at a time in FIFO order. A copy starts at the latest of
-its enqueue, the end of the previous copy of its queue and (a copy back)
-the end of its own copy out, as the spec says; the worker does the real
-copy, then waits out `start + transfer_latency + bytes / bandwidth` before
-it releases the copy's sources and marks it done. The compute thread waits
-for a copy exactly where the schedule (`planopt.runtime.swap.Copies`) makes
-it wait, until the copy's end, so a plan's stalls on CPU are those the
-simulator predicts for the link.
+`ThreadCopies(link)` runs a D2H and an H2D worker thread, each taking its queue's copies
+one at a time in FIFO order. A copy starts at the latest of its enqueue, the end of the
+previous copy of its queue and (a copy back) the end of its own copy out, as the spec
+says; the worker does the real copy, then waits out `start + transfer_latency + bytes /
+bandwidth` before it releases the copy's sources and marks it done. The compute thread
+waits for a copy exactly where the schedule (`planopt.runtime.swap.Copies`) makes it
+wait, until the copy's end, so a plan's stalls on CPU are those the simulator predicts.
 
-NOTE (modelled instants): a copy's end is `max(modelled end, end of the
-real copy)`, computed when the real copy is done; the next copy of the
-queue starts from it, and a waiting compute thread sleeps until it itself.
-Nothing on the critical path waits for a worker to wake up: on a loaded
-machine a sleeping thread wakes milliseconds late, and chaining those
-wake-ups (worker, then compute thread, then the next copy) made copies end
-5-10 ms late each on the 2-core machine of `experiments/bench_fidelity_time.py`.
-A real copy slower than the link (a link faster than memory) still delays
-its queue and its readers. `records` keeps, per copy, the modelled start
-and end and when the worker really marked it done (`late`).
+NOTE (modelled instants): a copy's end is `max(modelled end, end of the real copy)`,
+computed when the real copy is done; the next copy of the queue starts from it, and a
+waiting compute thread sleeps until it itself. Nothing on the critical path waits for a
+worker to wake up: on a loaded machine a sleeping thread wakes milliseconds late, and
+chaining those wake-ups made copies end 5-10 ms late each on the 2-core machine of
+`experiments/bench_fidelity_time.py`. `records` keeps, per copy, the modelled start and
+end and when the worker really marked it done (`late`).
 
-NOTE (clocks): `clock="wall"` (default) runs the link on `time.perf_counter`.
-On a machine shared with other processes the compute thread's wall time
-stretches with their load while the emulated copies do not, so copies
-overlap more compute than they would on an idle machine. `clock="thread"`
-runs the link on the compute thread's own clock instead: its CPU time
-(`time.thread_time`) plus the time it has waited for copies. A copy starts
-and ends on that clock; a compute thread that waits sleeps the modelled
-remainder and its clock advances by exactly that. The schedule is then the
-one the simulator computes from a profile timed on the same clock
-(`profile(..., timer="thread")`), whatever the load; the step's time on that
-clock is its CPU time plus its waits (`waits`). Copies' records are on the
-engine's clock; `late` is meaningful on the wall clock only.
+NOTE (clocks): `clock="wall"` (default) runs the link on `time.perf_counter`: on a shared
+machine the compute thread's wall time stretches with the load while the copies do not.
+`clock="thread"` runs it on the compute thread's own clock, its CPU time
+(`time.thread_time`) plus its waits: a compute thread that waits sleeps the modelled
+remainder and its clock advances by exactly that, so the schedule is the simulator's
+from a profile timed on the same clock (`profile(..., timer="thread")`) whatever the
+load. Records are on the engine's clock; `late` means something on the wall clock only.
 
-NOTE (memory): buffers are allocated on the compute thread (host buffers
-inside `host_memory()`, outside the device peak). A copy back given a `fill`
-(`apply`'s) gets its device buffers at its modelled *start*, as the cost
-model allocates them: at the compute thread's first `poll()` (step issue and
-end, each unpack) or wait at or after that start; the worker waits for them.
-(Allocated at the enqueue, tiny GPT-2 measured 17-32% over the prediction at
-200 kB/s .. 200 MB/s.) Without `fill` (the executor) they are allocated when
-enqueued, as `CudaCopies` does. A copy's destinations are their owners' (the
-host copy, a copy back's readers): the worker drops them once copied. A copy
-out's sources (a swapped storage's last holder, maybe) are dropped at the
-copy's end, the spec's instant, by whichever thread is there first: the
-worker waking up, or the compute thread at a `poll()` or wait past that end
-(which first waits for a starved worker's real copy). So a worker that wakes
-late holds nothing the cost model has freed once the compute thread looks
-again (one holding a copy back's buffers made the executor measure a tiny
-ResNet 6.1% over its prediction on a loaded machine). A release may run on a
-worker thread, which is why the tracker takes a lock.
+NOTE (memory): buffers are allocated on the compute thread (host buffers inside
+`host_memory()`, outside the device peak). A copy back given a `fill` (`apply`'s) gets
+its device buffers at its modelled *start*, as the cost model allocates them, at the
+compute thread's first `poll()` (step issue and end, each unpack) or wait from then on;
+without `fill` (the executor) when enqueued, as `CudaCopies` does. A copy's destinations
+are their owners' (the host copy, a copy back's readers): the worker drops them once
+copied. A copy out's sources (a swapped storage's last holder, maybe) go at the copy's
+end, the spec's instant, dropped by whichever thread is there first: the worker waking
+up, or the compute thread at a `poll()` or wait past that end, which makes the real copy
+itself if a starved worker has not started it (`claim`). So no worker, however late,
+holds what the cost model has freed once the compute thread looks again (one waking late
+made the executor measure a tiny ResNet 6.1% over its prediction on a loaded machine). A
+release may run on a worker thread, which is why the tracker takes a lock.
 """
 
 from __future__ import annotations
@@ -61,6 +47,7 @@ import threading
 import time
 
 import torch
+from torch.utils._mode_utils import no_dispatch
 
 from planopt.profile import Device
 from planopt.runtime.copyrecords import CopyRecord, WaitRecord
@@ -75,7 +62,9 @@ class _Job:
     __slots__ = (
         "after",
         "allocated",
+        "claim",
         "copied",
+        "copy_seconds",
         "direction",
         "done",
         "dsts",
@@ -101,7 +90,8 @@ class _Job:
         self.nbytes = sum(d.numel() * d.element_size() for d in dsts)
         self.issued = current_where()
         self.enqueued = enqueued
-        self.start = self.modelled_end = self.end = math.nan
+        self.start = self.modelled_end = self.end = self.copy_seconds = math.nan
+        self.claim = threading.Lock()  # who makes the real copy (module NOTE on memory)
         self.copied = threading.Event()  # the real copy is done; `modelled_end` is known
         self.done = threading.Event()  # the worker released the sources
         # A copy back whose device buffers the compute thread allocates at its start:
@@ -244,10 +234,28 @@ class ThreadCopies(Copies):
             start = self._start_of(out)
             if start is None or start + self.duration(Direction.D2H, out.nbytes) > now:
                 break  # FIFO: the copies behind it end later still
-            out.copied.wait()  # at once, unless a starved worker has not copied yet
+            if out.claim.acquire(blocking=False):
+                self._copy_out_here(out, start)  # the worker has not started it
+            else:
+                out.copied.wait()  # the worker is copying it
             out.srcs = []  # the worker may do the same on waking: either frees them
             ended += 1
         del self._outs[:ended]
+
+    def _copy_out_here(self, job: _Job, start: float) -> None:
+        """A copy out past its link's end that its worker has not started (starved): the
+        compute thread makes it, out of a dispatch mode's sight, as the worker would."""
+        job.start = start
+        job.startable.set()
+        job.prev = None
+        began = time.perf_counter()
+        with no_dispatch():
+            _copy(job.dsts, job.srcs)
+        job.dsts = []
+        job.copy_seconds = time.perf_counter() - began
+        end = start + self.duration(job.direction, job.nbytes)
+        job.modelled_end = max(end, time.perf_counter()) if self.clock == "wall" else end
+        job.copied.set()
 
     def _wait(self, job: _Job | None) -> None:
         if job is None:
@@ -327,6 +335,9 @@ class ThreadCopies(Copies):
         after = job.after
         if after is not None:
             after.copied.wait()
+        if not job.claim.acquire(blocking=False):  # the compute thread copied it
+            job.copied.wait()
+            return self._finish(job, -math.inf)
         job.start = max(job.enqueued, previous_end, after.modelled_end if after else -math.inf)
         job.startable.set()
         job.prev = None
@@ -337,6 +348,7 @@ class ThreadCopies(Copies):
         # readers): a worker that wakes up late must not hold them (module NOTE on memory).
         job.dsts = []
         copied = time.perf_counter()
+        job.copy_seconds = copied - began
         duration = self.duration(job.direction, job.nbytes)
         if self.clock == "wall":
             job.modelled_end = max(job.start + duration, copied)
@@ -345,6 +357,10 @@ class ThreadCopies(Copies):
             job.modelled_end = job.start + duration
             release_at = began + duration
         job.copied.set()
+        return self._finish(job, release_at)
+
+    def _finish(self, job: _Job, release_at: float) -> float:
+        """The worker's end of a copy: release the sources at `release_at`, record it."""
         remaining = release_at - time.perf_counter()
         if remaining > 0:
             time.sleep(remaining)
@@ -363,7 +379,7 @@ class ThreadCopies(Copies):
                 job.start,
                 job.modelled_end,
                 job.end,
-                copied - began,
+                job.copy_seconds,
             )
         )
         job.done.set()
