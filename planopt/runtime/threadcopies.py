@@ -97,8 +97,8 @@ class _Job:
         # A copy back whose device buffers the compute thread allocates at its start:
         # (sizes, device, fill) until then; the worker waits for `allocated`.
         self.pending: tuple[list[int], torch.device, Fill] | None = None
-        # The copy before it on its queue, until its start is known (then None: no
-        # chain of jobs across steps).
+        # The copy before it on its queue, until it is done (then None: no chain of jobs
+        # across steps).
         self.prev: _Job | None = None
         self.startable = threading.Event()  # `start` is known
         self.allocated = threading.Event()
@@ -192,7 +192,7 @@ class ThreadCopies(Copies):
     def _start_of(job: _Job) -> float | None:
         """The copy's modelled start, once the copies it follows have known ends
         (the worker's own formula; it may not have reached the job yet)."""
-        prev = job.prev  # read first: the worker clears it only once `start` is known
+        prev = job.prev  # read first: it is cleared only once `start` is known
         if job.startable.is_set():
             return job.start
         ends = [job.enqueued]
@@ -243,19 +243,19 @@ class ThreadCopies(Copies):
         del self._outs[:ended]
 
     def _copy_out_here(self, job: _Job, start: float) -> None:
-        """A copy out past its link's end that its worker has not started (starved): the
-        compute thread makes it, out of a dispatch mode's sight, as the worker would."""
+        """A copy out past its link's end no (starved) worker started: made here, unseen."""
         job.start = start
         job.startable.set()
-        job.prev = None
         began = time.perf_counter()
-        with no_dispatch():
-            _copy(job.dsts, job.srcs)
-        job.dsts = []
-        job.copy_seconds = time.perf_counter() - began
-        end = start + self.duration(job.direction, job.nbytes)
-        job.modelled_end = max(end, time.perf_counter()) if self.clock == "wall" else end
-        job.copied.set()
+        try:
+            with no_dispatch():
+                _copy(job.dsts, job.srcs)
+        finally:  # its worker waits for `copied`, even after a failed copy (raised here)
+            job.dsts = []
+            job.copy_seconds = time.perf_counter() - began
+            end = start + self.duration(job.direction, job.nbytes)
+            job.modelled_end = max(end, time.perf_counter()) if self.clock == "wall" else end
+            job.copied.set()
 
     def _wait(self, job: _Job | None) -> None:
         if job is None:
@@ -340,7 +340,6 @@ class ThreadCopies(Copies):
             return self._finish(job, -math.inf)
         job.start = max(job.enqueued, previous_end, after.modelled_end if after else -math.inf)
         job.startable.set()
-        job.prev = None
         job.allocated.wait()  # a copy back's buffers, allocated at its start
         began = time.perf_counter()
         _copy(job.dsts, job.srcs)
@@ -367,7 +366,7 @@ class ThreadCopies(Copies):
         # The sources are released at the copy's end (a copy out's storage may
         # be its last holder: freed now, as the spec frees it), unless the compute
         # thread, past that end first, released them already.
-        job.srcs = []
+        job.srcs, job.prev = [], None  # `prev`: no chain of jobs across steps
         job.end = time.perf_counter()
         self.records.append(
             CopyRecord(
