@@ -34,9 +34,11 @@ from planopt.plan import KEEP, RECOMPUTE, SWAP  # noqa: E402
 from planopt.runtime import (  # noqa: E402
     Executor,
     apply,
+    hostcopies,
     measure_step,
     profile_in_place,
     reference_model,
+    threadcopies,
 )
 from planopt.runtime.hf import hf_available, hf_model  # noqa: E402
 from planopt.runtime.measure import measure  # noqa: E402
@@ -44,6 +46,7 @@ from planopt.runtime.profiler import profile_with_release  # noqa: E402
 from planopt.runtime.regions import step_loss  # noqa: E402
 from planopt.runtime.sacswap import OptionCache, SacInternalsError  # noqa: E402
 from planopt.simulate import Scorer  # noqa: E402
+from tests.late_workers import LateStart, LateTime  # noqa: E402
 
 INSTANT = planopt.Device("instant", math.inf, math.inf, 0.0)
 # A copy of a few KiB takes tens of milliseconds: longer than a tiny model's forward.
@@ -164,6 +167,23 @@ def test_the_executor_trains_swapped_options_exactly_and_copies_the_kept_subset(
 @pytest.mark.parametrize("link", ["instant", "slow"])
 @pytest.mark.parametrize(("name", "hf"), CHAINS)
 def test_the_executor_holds_the_predicted_peak_with_swapped_options(name, hf, link):
+    _check_peaks(name, hf, link)
+
+
+@pytest.mark.parametrize(("name", "hf"), CHAINS)
+def test_the_executor_holds_the_predicted_peak_when_copy_workers_wake_up_late(
+    name, hf, monkeypatch
+):
+    """The peak is the plan's, not the threads' timing: copy workers that wake up 20 ms
+    after each copy's end (a CPU-starved machine) hold nothing the cost model freed.
+    Before, resnet's 'alternate' plan measured 33,744 B for 31,696 predicted (-6.1%, as
+    on a loaded CI machine): at `R_1` the worker of layer 1's copy back still held the
+    buffer of `x_2`, whose last reader `B_2` had ended."""
+    monkeypatch.setattr(threadcopies, "time", LateTime(0.02))
+    _check_peaks(name, hf, "slow")
+
+
+def _check_peaks(name: str, hf: bool, link: str) -> None:
     ref, batch, prof = chain_setup(name, hf, link)
     for kind, plan in swap_option_plans(prof, ends_kept=False).items():
         m = measure(
@@ -231,6 +251,30 @@ def test_apply_holds_the_predicted_peak_with_swapped_options(family, link, track
         with apply(m, plan, prof, link=APPLY_LINKS[link]) as handle:
             measured = measure_step(m, batch, loss_fn, handle=handle, tracker=tracker)
         assert measured.predicted_bytes == planopt.simulate(prof.profile, plan).peak_bytes
+        assert -UNDER <= measured.error <= OVER, (
+            kind,
+            measured.predicted_bytes,
+            measured.peak_bytes,
+        )
+
+
+class _LateHidden(LateStart, hostcopies.HiddenThreadCopies):
+    """`apply`'s engine, its workers starting each copy 30 ms late."""
+
+    start_late = 0.03
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_apply_holds_the_predicted_peak_when_copy_workers_start_late(family, monkeypatch):
+    """Copy workers that start each copy 30 ms late (a CPU-starved machine) over the
+    instant link: before, tiny Llama's 'alternate' plan measured 5.3% over (12 ms late:
+    1.7%, as a CI run read), a swapped block's kept subset alive in the suffix's forward."""
+    monkeypatch.setattr(hostcopies, "HiddenThreadCopies", _LateHidden)
+    model, batch, loss_fn, prof = model_setup(family, "instant")
+    for kind, plan in swap_option_plans(prof.profile, ends_kept=True).items():
+        m = copy.deepcopy(model)
+        with apply(m, plan, prof, link=APPLY_LINKS["instant"]) as handle:
+            measured = measure_step(m, batch, loss_fn, handle=handle)
         assert -UNDER <= measured.error <= OVER, (
             kind,
             measured.predicted_bytes,

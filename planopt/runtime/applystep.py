@@ -13,20 +13,18 @@ goes to the layer that owns it:
   block's forward, then nothing until the copy back;
 * anything else (parameters, the batch, what kept layers save): the tensor.
 
-Backward steps are marked by `BackwardSteps` (hooks on each layer's output):
-at the issue of step `t` the copies back with `prefetch_at = t` are enqueued,
-then the recompute block of step `t` runs, and `B_t` waits for the copies it
-reads; at the end of `B_t` what it was the last reader of is released.
+`BackwardSteps` marks backward steps (hooks on each layer's output): at the issue of step `t`
+the copies back with `prefetch_at = t` are enqueued, then the recompute block of step `t` runs,
+and `B_t` waits for the copies it reads; at the end of `B_t` what it was the last reader of is
+released. Block forwards, step issues and ends and unpacks `poll` the copy engine.
 
-NOTE (a recompute run as one checkpoint): a run `k+1 .. t` of recomputed
-blocks is one non-reentrant checkpoint region, opened in block `k+1`'s
-forward and closed after block `t`'s, with the generator `checkpoint(...,
-use_reentrant=False)` steps around one call. It replays the blocks' recorded
-calls from the run's base (checkpoint saves only the base, preserves RNG and
-autocast). Early stop is off: the replay reaches the run's top output. A
-tiny `Trigger` saved last in the region starts the regeneration at the block step.
-An option's region replays with early stop (`r_k`); a swapped one's SAC cache goes
-to host and back (`planopt.runtime.sacswap`)."""
+NOTE (a recompute run as one checkpoint): a run `k+1 .. t` of recomputed blocks is one
+non-reentrant checkpoint region, opened in block `k+1`'s forward and closed after block `t`'s,
+with the generator `checkpoint(..., use_reentrant=False)` steps around one call. It replays the
+blocks' recorded calls from the run's base (checkpoint saves only the base, preserves RNG and
+autocast). Early stop is off: the replay reaches the run's top output. A tiny `Trigger` saved
+last in the region starts the regeneration at the block step. An option's region replays with
+early stop (`r_k`); a swapped one's SAC cache goes to host and back (`planopt.runtime.sacswap`)."""
 
 from __future__ import annotations
 
@@ -294,6 +292,7 @@ class PlanStep:
         if r == 1:
             self.steps.watch(0, x)
             self.handle.check_input(x)
+        self.copies.poll()  # the copies out that ended by now free their sources
         for w in sched.waiters.get(r, ()):
             self.copies.wait_out(self.owner(w).host)
         action = self.actions[r]
@@ -348,6 +347,7 @@ class PlanStep:
             self._route_output(h, self.owner(r))
         self.steps.watch(r, h)
         if r == self.handle.n - 2:  # the suffix's forward starts here
+            self.copies.poll()
             for w in self.sched.waiters.get(r + 1, ()):
                 self.copies.wait_out(self.owner(w).host)
 

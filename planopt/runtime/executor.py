@@ -7,8 +7,9 @@ or drops it as its action says; the caller's `loss.backward()` then runs the
 spec's backward steps through autograd hooks (`planopt.runtime.steps`):
 copies back at `prefetch_at`, each recompute run regenerated as one block at
 its step (`B_{t+1}` when layer `t+1` reads the run's top output, else
-`B_t`), each product released at the end of its last reader. It is also a
-context manager around one step, which releases what a step without
+`B_t`), each product released at the end of its last reader; at each step's
+start the copy engine frees what the spec frees by then (`poll`). It is also
+a context manager around one step, which releases what a step without
 backward left.
 
     executor = Executor(chain, plan, profile=profile, loss_fn=F.cross_entropy)
@@ -81,19 +82,16 @@ class Step:
         self.schedule = sched = executor._schedule
         self.out_read = sched.out_read
         self.bases = sched.bases
-        self.x = x
-        self.target = target
+        self.x, self.target = x, target
         self.device = _device_of(self.chain, x)
         self.static = static_keys(self.chain, (x, target))
-        n = len(self.chain)
         self.layers = [LayerState(self, i, a) for i, a in enumerate(sched.actions)]
         self.base_requires_grad: dict[int, bool] = {}
         self.states: dict[int, ForwardState] = {}
-        self.steps = BackwardSteps(n, self._issue, self._end, self._finish)
+        self.steps = BackwardSteps(len(self.chain), self._issue, self._end, self._finish)
         self._copies: CopyEngine | None = None
         self.copies_out = self.bytes_out = self.copies_back = self.bytes_back = 0
-        self.recomputed = 0
-        self.done = False
+        self.recomputed, self.done = 0, False
 
     @property
     def copies(self) -> CopyEngine:
@@ -119,7 +117,7 @@ class Step:
         n = len(layers)
         h = self.x
         for i in range(n):
-            at(f"F_{i}")
+            self._boundary(f"F_{i}")
             for w in sched.waiters.get(i, ()):
                 self.copies.wait_out(layers[w].host)  # swap_wait: F_i after the copy out of w
             if i in sched.run_starts:
@@ -147,8 +145,13 @@ class Step:
 
     # -- backward -------------------------------------------------------------
 
+    def _boundary(self, label: str) -> None:
+        at(label)  # a step starts: what the copy engine frees or allocates by now goes first
+        if self._copies is not None:
+            self._copies.poll()
+
     def _issue(self, t: int) -> None:
-        at(f"B_{t}")
+        self._boundary(f"B_{t}")
         layers = self.layers
         for i in self.schedule.prefetch.get(t, ()):
             layers[i].copy_back()
@@ -257,13 +260,10 @@ class Executor(nn.Module):
         super().__init__()
         check_chain(chain, "Executor")
         if not isinstance(plan, Plan):
-            hint = (
-                " (a Solution without a plan: its status says why, e.g. infeasible)"
-                if plan is None
-                else ""
-            )
+            hint = " (a Solution without a plan: its status says why, e.g. infeasible)"
             raise InvalidPlanError(
-                f"Executor: plan must be a planopt.Plan, got {type(plan).__name__}{hint}"
+                f"Executor: plan must be a planopt.Plan, got {type(plan).__name__}"
+                + (hint if plan is None else "")
             )
         if loss_fn is not None:
             check_loss_fn(loss_fn, "Executor")

@@ -1,55 +1,42 @@
 """The spec's copy engines on host threads: rehearse a plan on CPU with an emulated link.
 
-`ThreadCopies(link)` runs a D2H and an H2D worker thread, each taking its
-queue's copies one at a time in FIFO order. A copy starts at the latest of
-its enqueue, the end of the previous copy of its queue and (a copy back)
-the end of its own copy out, as the spec says; the worker does the real
-copy, then waits out `start + transfer_latency + bytes / bandwidth` before
-it releases the copy's sources and marks it done. The compute thread waits
-for a copy exactly where the schedule (`planopt.runtime.swap.Copies`) makes
-it wait, until the copy's end, so a plan's stalls on CPU are those the
-simulator predicts for the link.
+`ThreadCopies(link)` runs a D2H and an H2D worker thread, each taking its queue's copies
+one at a time in FIFO order. A copy starts at the latest of its enqueue, the end of the
+previous copy of its queue and (a copy back) the end of its own copy out, as the spec
+says; the worker does the real copy, then waits out `start + transfer_latency + bytes /
+bandwidth` before it releases the copy's sources and marks it done. The compute thread
+waits for a copy exactly where the schedule (`planopt.runtime.swap.Copies`) makes it
+wait, until the copy's end, so a plan's stalls on CPU are those the simulator predicts.
 
-NOTE (modelled instants): a copy's end is `max(modelled end, end of the
-real copy)`, computed when the real copy is done; the next copy of the
-queue starts from it, and a waiting compute thread sleeps until it itself.
-Nothing on the critical path waits for a worker to wake up: on a loaded
-machine a sleeping thread wakes milliseconds late, and chaining those
-wake-ups (worker, then compute thread, then the next copy) made copies end
-5-10 ms late each on the 2-core machine of `experiments/bench_fidelity_time.py`.
-A real copy slower than the link (a link faster than memory) still delays
-its queue and its readers. `records` keeps, per copy, the modelled start
-and end and when the worker really marked it done (`late`).
+NOTE (modelled instants): a copy's end is `max(modelled end, end of the real copy)`,
+computed when the real copy is done; the next copy of the queue starts from it, and a
+waiting compute thread sleeps until it itself. Nothing on the critical path waits for a
+worker to wake up: on a loaded machine a sleeping thread wakes milliseconds late, and
+chaining those wake-ups made copies end 5-10 ms late each on the 2-core machine of
+`experiments/bench_fidelity_time.py`. `records` keeps, per copy, the modelled start and
+end and when the worker really marked it done (`late`).
 
-NOTE (clocks): `clock="wall"` (default) runs the link on `time.perf_counter`.
-On a machine shared with other processes the compute thread's wall time
-stretches with their load while the emulated copies do not, so copies
-overlap more compute than they would on an idle machine. `clock="thread"`
-runs the link on the compute thread's own clock instead: its CPU time
-(`time.thread_time`) plus the time it has waited for copies. A copy starts
-and ends on that clock; a compute thread that waits sleeps the modelled
-remainder and its clock advances by exactly that. The schedule is then the
-one the simulator computes from a profile timed on the same clock
-(`profile(..., timer="thread")`), whatever the load; the step's time on that
-clock is its CPU time plus its waits (`waits`). Copies' records are on the
-engine's clock; `late` is meaningful on the wall clock only.
+NOTE (clocks): `clock="wall"` (default) runs the link on `time.perf_counter`: on a shared
+machine the compute thread's wall time stretches with the load while the copies do not.
+`clock="thread"` runs it on the compute thread's own clock, its CPU time
+(`time.thread_time`) plus its waits: a compute thread that waits sleeps the modelled
+remainder and its clock advances by exactly that, so the schedule is the simulator's
+from a profile timed on the same clock (`profile(..., timer="thread")`) whatever the
+load. Records are on the engine's clock; `late` means something on the wall clock only.
 
-NOTE (memory): buffers are allocated on the compute thread (host buffers
-inside `host_memory()`, so the live-storage tracker files them outside the
-device peak). A copy back given a `fill` (`apply`'s) gets its device buffers
-at its modelled *start*, as the cost model allocates them: the compute thread
-allocates them at its first `poll()` (step issue and end, each unpack), or
-wait, at or after that start, after the workers released the copies out that
-ended by then, and the worker waits for them before it copies. (Allocated at
-the enqueue, the copies back of the first backward steps came while the
-swapped internals still waited for their copies out: tiny GPT-2 measured
-17-32% over the prediction at 200 kB/s .. 200 MB/s.) Without `fill` (the
-executor) they are allocated when enqueued, as `CudaCopies` does. A worker
-holds the sources of a copy out until the copy's end, so a swapped storage
-is freed at the later of the end of its copy out and the end of its forward
-use, the spec's instant (a worker's late wake-up frees it later, never
-earlier). Its release is then seen on the worker thread, which is why the
-tracker takes a lock.
+NOTE (memory): buffers are allocated on the compute thread (host buffers inside
+`host_memory()`, outside the device peak). A copy back given a `fill` (`apply`'s) gets
+its device buffers at its modelled *start*, as the cost model allocates them, at the
+compute thread's first `poll()` (step issue and end, each unpack) or wait from then on;
+without `fill` (the executor) when enqueued, as `CudaCopies` does. A copy's destinations
+are their owners' (the host copy, a copy back's readers): the worker drops them once
+copied. A copy out's sources (a swapped storage's last holder, maybe) go at the copy's
+end, the spec's instant, dropped by whichever thread is there first: the worker waking
+up, or the compute thread at a `poll()` or wait past that end, which makes the real copy
+itself if a starved worker has not started it (`claim`). So no worker, however late,
+holds what the cost model has freed once the compute thread looks again (one waking late
+made the executor measure a tiny ResNet 6.1% over its prediction on a loaded machine). A
+release may run on a worker thread, which is why the tracker takes a lock.
 """
 
 from __future__ import annotations
@@ -58,11 +45,12 @@ import math
 import queue
 import threading
 import time
-from dataclasses import dataclass
 
 import torch
+from torch.utils._mode_utils import no_dispatch
 
 from planopt.profile import Device
+from planopt.runtime.copyrecords import CopyRecord, WaitRecord
 from planopt.runtime.errors import RuntimeOptionError
 from planopt.runtime.swap import Copies, DeviceCopy, Direction, Fill, HostCopy
 from planopt.runtime.tracker import current_where
@@ -70,46 +58,13 @@ from planopt.runtime.tracker import current_where
 CLOCKS = ("wall", "thread")
 
 
-@dataclass(frozen=True, slots=True)
-class CopyRecord:
-    """One copy as the engine ran it (`time.perf_counter` seconds)."""
-
-    direction: Direction
-    layer: int
-    nbytes: int
-    issued: str  # where the step was when the copy was enqueued (`F_3`, `B_5`)
-    enqueued: float
-    start: float  # the modelled start: max(enqueued, previous end, own copy out's end)
-    modelled_end: float  # max(start + latency + nbytes / bandwidth, end of the real copy)
-    end: float  # when the worker marked it done (released its sources)
-    copy_seconds: float  # the real copy's own time
-
-    @property
-    def late(self) -> float:
-        """Seconds the worker marked the copy done past its end (a late wake-up)."""
-        return self.end - self.modelled_end
-
-
-@dataclass(frozen=True, slots=True)
-class WaitRecord:
-    """The compute thread waited for a copy (`where` the step was, e.g. `F_3`, `B_5`)."""
-
-    direction: Direction
-    layer: int
-    where: str
-    start: float
-    end: float
-
-    @property
-    def seconds(self) -> float:
-        return self.end - self.start
-
-
 class _Job:
     __slots__ = (
         "after",
         "allocated",
+        "claim",
         "copied",
+        "copy_seconds",
         "direction",
         "done",
         "dsts",
@@ -135,13 +90,16 @@ class _Job:
         self.nbytes = sum(d.numel() * d.element_size() for d in dsts)
         self.issued = current_where()
         self.enqueued = enqueued
-        self.start = self.modelled_end = self.end = math.nan
+        self.start = self.modelled_end = self.end = self.copy_seconds = math.nan
+        self.claim = threading.Lock()  # who makes the real copy (module NOTE on memory)
         self.copied = threading.Event()  # the real copy is done; `modelled_end` is known
         self.done = threading.Event()  # the worker released the sources
         # A copy back whose device buffers the compute thread allocates at its start:
         # (sizes, device, fill) until then; the worker waits for `allocated`.
         self.pending: tuple[list[int], torch.device, Fill] | None = None
-        self.prev: _Job | None = None  # the copy before it on its queue (a copy back)
+        # The copy before it on its queue, until it is done (then None: no chain of jobs
+        # across steps).
+        self.prev: _Job | None = None
         self.startable = threading.Event()  # `start` is known
         self.allocated = threading.Event()
         self.allocated.set()
@@ -167,7 +125,7 @@ class ThreadCopies(Copies):
         self._error: BaseException | None = None
         self._outs: list[_Job] = []  # copies out whose sources are not yet released
         self._backs: list[_Job] = []  # copies back whose buffers are not yet allocated (FIFO)
-        self._last_back: _Job | None = None
+        self._last: dict[Direction, _Job | None] = dict.fromkeys(Direction)
 
     def duration(self, direction: Direction, nbytes: int) -> float:
         """The link's time for one copy: `latency + bytes / bandwidth`."""
@@ -191,11 +149,10 @@ class ThreadCopies(Copies):
         if not self._threads:
             self._start()
         job = _Job(direction, list(dsts), list(srcs), after, layer, self.now())
+        job.prev, self._last[direction] = self._last[direction], job
         if direction is Direction.D2H:
             self._outs = [j for j in self._outs if not j.done.is_set()]
             self._outs.append(job)
-        else:
-            job.prev, self._last_back = self._last_back, job
         self._queues[direction].put(job)
         return job
 
@@ -214,14 +171,16 @@ class ThreadCopies(Copies):
         job.nbytes = sum(sizes)
         job.pending = (sizes, device, fill)
         job.allocated.clear()
-        job.prev, self._last_back = self._last_back, job
+        job.prev, self._last[Direction.H2D] = self._last[Direction.H2D], job
         self._backs.append(job)
         self._queues[Direction.H2D].put(job)
         self.poll()
         return DeviceCopy([], job, nbytes=job.nbytes)
 
     def poll(self) -> None:
-        """Allocate the buffers of the copies back that have started by now."""
+        """Release the copies out that have ended by now; allocate the buffers of the
+        copies back that have started by now."""
+        self._release_ended(self.now())
         while self._backs:
             job = self._backs[0]
             start = self._start_of(job)
@@ -233,10 +192,11 @@ class ThreadCopies(Copies):
     def _start_of(job: _Job) -> float | None:
         """The copy's modelled start, once the copies it follows have known ends
         (the worker's own formula; it may not have reached the job yet)."""
+        prev = job.prev  # read first: it is cleared only once `start` is known
         if job.startable.is_set():
             return job.start
         ends = [job.enqueued]
-        for before in (job.prev, job.after):
+        for before in (prev, job.after):
             if before is not None:
                 if not before.copied.is_set():
                     return None
@@ -256,16 +216,46 @@ class ThreadCopies(Copies):
             if remaining > 0:
                 time.sleep(remaining)
         # The spec frees a copy out's sources at its end, before an allocation at
-        # the same instant: let the workers release those that ended by the start.
-        for out in self._outs:
-            if out.copied.is_set() and out.modelled_end <= start:
-                out.done.wait()
+        # the same instant: those that ended by the start go first.
+        self._release_ended(start)
         sizes, device, fill = job.pending
         job.pending = None
         job.dsts = self._device_buffers(sizes, device)
         self._backs.remove(job)
         fill(job.dsts)
         job.allocated.set()
+
+    def _release_ended(self, now: float) -> None:
+        """Drop, on the compute thread, the sources of the copies out that end by `now`
+        (see the module NOTE on memory). A copy whose link time is over but whose real
+        copy a starved worker has not made yet is waited for first."""
+        ended = 0
+        for out in self._outs:
+            start = self._start_of(out)
+            if start is None or start + self.duration(Direction.D2H, out.nbytes) > now:
+                break  # FIFO: the copies behind it end later still
+            if out.claim.acquire(blocking=False):
+                self._copy_out_here(out, start)  # the worker has not started it
+            else:
+                out.copied.wait()  # the worker is copying it
+            out.srcs = []  # the worker may do the same on waking: either frees them
+            ended += 1
+        del self._outs[:ended]
+
+    def _copy_out_here(self, job: _Job, start: float) -> None:
+        """A copy out past its link's end no (starved) worker started: made here, unseen."""
+        job.start = start
+        job.startable.set()
+        began = time.perf_counter()
+        try:
+            with no_dispatch():
+                _copy(job.dsts, job.srcs)
+        finally:  # its worker waits for `copied`, even after a failed copy (raised here)
+            job.dsts = []
+            job.copy_seconds = time.perf_counter() - began
+            end = start + self.duration(job.direction, job.nbytes)
+            job.modelled_end = max(end, time.perf_counter()) if self.clock == "wall" else end
+            job.copied.set()
 
     def _wait(self, job: _Job | None) -> None:
         if job is None:
@@ -345,14 +335,19 @@ class ThreadCopies(Copies):
         after = job.after
         if after is not None:
             after.copied.wait()
+        if not job.claim.acquire(blocking=False):  # the compute thread copied it
+            job.copied.wait()
+            return self._finish(job, -math.inf)
         job.start = max(job.enqueued, previous_end, after.modelled_end if after else -math.inf)
         job.startable.set()
         job.allocated.wait()  # a copy back's buffers, allocated at its start
         began = time.perf_counter()
-        with torch.no_grad():
-            for dst, src in zip(job.dsts, job.srcs, strict=True):
-                dst.copy_(src)
+        _copy(job.dsts, job.srcs)
+        # The destinations are their owners' (a copy out's host buffers, a copy back's
+        # readers): a worker that wakes up late must not hold them (module NOTE on memory).
+        job.dsts = []
         copied = time.perf_counter()
+        job.copy_seconds = copied - began
         duration = self.duration(job.direction, job.nbytes)
         if self.clock == "wall":
             job.modelled_end = max(job.start + duration, copied)
@@ -361,12 +356,17 @@ class ThreadCopies(Copies):
             job.modelled_end = job.start + duration
             release_at = began + duration
         job.copied.set()
+        return self._finish(job, release_at)
+
+    def _finish(self, job: _Job, release_at: float) -> float:
+        """The worker's end of a copy: release the sources at `release_at`, record it."""
         remaining = release_at - time.perf_counter()
         if remaining > 0:
             time.sleep(remaining)
         # The sources are released at the copy's end (a copy out's storage may
-        # be its last holder: freed now, as the spec frees it).
-        job.dsts = job.srcs = []
+        # be its last holder: freed now, as the spec frees it), unless the compute
+        # thread, past that end first, released them already.
+        job.srcs, job.prev = [], None  # `prev`: no chain of jobs across steps
         job.end = time.perf_counter()
         self.records.append(
             CopyRecord(
@@ -378,7 +378,7 @@ class ThreadCopies(Copies):
                 job.start,
                 job.modelled_end,
                 job.end,
-                copied - began,
+                job.copy_seconds,
             )
         )
         job.done.set()
@@ -390,3 +390,10 @@ class ThreadCopies(Copies):
             raise RuntimeError(
                 f"ThreadCopies: a copy failed on its worker thread: {error!r}"
             ) from error
+
+
+def _copy(dsts: list[torch.Tensor], srcs: list[torch.Tensor]) -> None:
+    """The real copy, in a frame of its own: no local of the worker outlives it."""
+    with torch.no_grad():
+        for dst, src in zip(dsts, srcs, strict=True):
+            dst.copy_(src)
