@@ -38,10 +38,12 @@ from solvers.model.relaxation_rows import Model
 
 # Raw counts (of lower-bound's rate, `planopt.work.METHOD_RATES`) per row of the
 # model: per LP iteration, per callback after an LP re-solve, per other callback.
-# Fitted on the CPU time at 17,000 callbacks of 16 nets (see the module NOTE).
-ITERATION_UNITS_PER_ROW = 2.5e-8
-LP_CHECK_UNITS_PER_ROW = 8.9e-6
-CHECK_UNITS_PER_ROW = 2.7e-7
+# Fitted on the CPU time at 17,000 callbacks of 16 nets (1.4e-8, 5.4e-6 and
+# 1.7e-7 CPU-s; each within 0.55x-1.8x), then scaled with that rate so that
+# whole solves read about 1 CPU-s a unit (experiments/results/work_limits.md).
+ITERATION_UNITS_PER_ROW = 3.75e-8
+LP_CHECK_UNITS_PER_ROW = 1.34e-5
+CHECK_UNITS_PER_ROW = 4.05e-7
 
 # The root LP's iterations per row of the model (0.24-0.29 on 5 nets of 160-1,000
 # layers): what `root_units` expects the MIP's first LP to charge.
