@@ -79,3 +79,20 @@ def test_a_step_is_charged_by_rows_and_iterations(iterations):
     expected = 1000 * (fixed + relaxation_mip.ITERATION_UNITS_PER_ROW * iterations)
     assert counter.on_interrupt(0, iterations) is False
     assert counter.units == pytest.approx(expected) and counter.iterations == iterations
+
+
+def test_an_error_in_the_callback_stops_the_solve_and_is_raised():
+    # (ctypes would print and drop it, and the MIP would run on unlimited)
+    from solvers.backends.highs_capi import solve_mip
+
+    model, _ = _model(RESNET, 0.4)
+    calls = []
+
+    def failing(nodes, iterations):
+        calls.append(iterations)
+        raise ValueError("counter failed")
+
+    lower = model.lp.row_lower_
+    with pytest.raises(ValueError, match="counter failed"):
+        solve_mip(model.lp, model.integer_cols, lower, model.lp.row_upper_, {}, failing)
+    assert len(calls) == 1

@@ -84,9 +84,10 @@ def _lib() -> ctypes.CDLL:
 
 
 def _item(lib: ctypes.CDLL, data_out: int, name: bytes) -> int:
-    return ctypes.cast(
-        lib.Highs_getCallbackDataOutItem(data_out, name), ctypes.POINTER(ctypes.c_int64)
-    )[0]
+    address = lib.Highs_getCallbackDataOutItem(data_out, name)
+    if not address:
+        raise CApiUnavailable(f"this HiGHS's callback output has no {name.decode()}")
+    return ctypes.cast(address, ctypes.POINTER(ctypes.c_int64))[0]
 
 
 def _set_option(lib: ctypes.CDLL, highs: int, name: str, value: bool | int | float) -> None:
@@ -123,10 +124,19 @@ def solve_mip(
     def ints(values) -> np.ndarray:
         return np.ascontiguousarray(values, dtype=np.int32)
 
+    failed: list[BaseException] = []
+
     def callback(kind, message, data_out, data_in, user) -> None:
-        nodes = _item(lib, data_out, b"mip_node_count")
-        iterations = _item(lib, data_out, b"mip_total_lp_iterations")
-        if on_interrupt(nodes, iterations):
+        # NOTE: ctypes prints and drops what a callback raises; so it is kept,
+        # the solve interrupted, and raised once HiGHS returns.
+        try:
+            nodes = _item(lib, data_out, b"mip_node_count")
+            iterations = _item(lib, data_out, b"mip_total_lp_iterations")
+            stop = on_interrupt(nodes, iterations)
+        except BaseException as err:
+            failed.append(err)
+            stop = True
+        if stop:
             ctypes.cast(data_in, ctypes.POINTER(ctypes.c_int))[0] = 1  # user_interrupt
 
     c_callback = _CALLBACK(callback)  # held until the run ends
@@ -157,6 +167,8 @@ def solve_mip(
         lib.Highs_setCallback(highs, c_callback, None)
         lib.Highs_startCallback(highs, _MIP_INTERRUPT)
         lib.Highs_run(highs)
+        if failed:
+            raise failed[0]
         bound = ctypes.c_double()
         nodes = ctypes.c_int64()
         iterations = ctypes.c_int32()
