@@ -96,3 +96,21 @@ def test_an_error_in_the_callback_stops_the_solve_and_is_raised():
     with pytest.raises(ValueError, match="counter failed"):
         solve_mip(model.lp, model.integer_cols, lower, model.lp.row_upper_, {}, failing)
     assert len(calls) == 1
+
+
+def test_the_sub_mips_are_off_only_under_a_work_limit(monkeypatch):
+    from solvers.backends.highs_capi import MipRun
+
+    seen = []
+
+    def spy(lp, cols, lower, upper, options, on_interrupt):
+        seen.append(dict(options))
+        return MipRun(highspy.HighsModelStatus.kInterrupt, float("nan"), 0, 0)
+
+    monkeypatch.setattr(relaxation_mip, "solve_mip", spy)
+    model, capacity = _model(RESNET, 0.4)
+    relaxation_mip.solve(model, capacity, 1.0, 5.0)
+    relaxation_mip.solve(model, capacity, None, float("inf"))
+    limited, unlimited = seen
+    assert limited == {**relaxation_mip.OPTIONS, "time_limit": 5.0}
+    assert limited["mip_heuristic_run_rins"] is False and unlimited == {}

@@ -11,11 +11,15 @@ re-solve and a separation) and a probing pass hundreds of calls of a few
 ms, and its sub-MIP heuristics (RINS, RENS, root reduced cost) ran 1-9 s
 with no callback at all (sub-MIPs never call back). So here:
 
-* the sub-MIP heuristics are off: a lower bound needs no incumbent, and with
-  them off the longest stretch between two callbacks fell from 5.7-9.1 s to
-  0.3-0.9 s (the root LP itself); the bound reached at the same CPU time
-  was the same or higher on every net tried (GPT-48's blocks at 50%:
-  +0.22% over the LP at 3 s against +0%);
+* under a work limit the sub-MIP heuristics are off: a lower bound needs no
+  incumbent, and with them off the longest stretch between two callbacks
+  fell from 5.7-9.1 s to 0.3-0.9 s (the root LP itself); the bound reached
+  at the same CPU time was the same or higher on the nets tried but one
+  (GPT-12 per operator at 50%: +0.021% over the LP where an incumbent let
+  HiGHS prove +0.024%). Without a work limit they stay on: with no
+  incumbent HiGHS can only finish by exhausting its tree (random 300 at
+  40%: 51 s against 3.3 s, random 150: 35 s against 13 s, for a bound
+  within 1e-6 of the same), and no limit needs a callback to stop it;
 * each callback is charged by the model's rows, for the LP iterations HiGHS
   made since the last one (`mip_total_lp_iterations`, read through its C
   API: `solvers.backends.highs_capi`) plus a fixed charge, larger when it
@@ -49,7 +53,8 @@ CHECK_UNITS_PER_ROW = 4.05e-7
 # layers): what `root_units` expects the MIP's first LP to charge.
 ROOT_ITERATIONS_PER_ROW = 0.3
 
-# No sub-MIP heuristics (they run with no callback); everything else HiGHS's defaults.
+# Under a work limit: no sub-MIP heuristics (they run with no callback); everything
+# else, and everything without a work limit, HiGHS's defaults (see the module NOTE).
 OPTIONS: dict[str, bool | int | float] = {
     "mip_heuristic_run_rins": False,
     "mip_heuristic_run_rens": False,
@@ -114,7 +119,7 @@ def solve(model: Model, capacity: float, work: float | None, seconds: float) -> 
         lower[model.mem_rows] = -highspy.kHighsInf
         upper[model.mem_rows] = model.memory_upper(capacity)
     counter = MipCounter(model.rows, work)
-    options = dict(OPTIONS)
+    options = dict(OPTIONS) if work is not None else {}
     if math.isfinite(seconds):
         options["time_limit"] = float(seconds)
     run = solve_mip(model.lp, model.integer_cols, lower, upper, options, counter.on_interrupt)
