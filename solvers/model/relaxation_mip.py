@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import highspy
 import numpy as np
 
+from solvers.backends.highs import fresh_thread_pool
 from solvers.backends.highs_capi import MipRun, solve_mip
 from solvers.model.relaxation_rows import Model
 
@@ -122,6 +123,7 @@ def solve(model: Model, capacity: float, work: float | None, seconds: float) -> 
     options = dict(OPTIONS) if work is not None else {}
     if math.isfinite(seconds):
         options["time_limit"] = float(seconds)
+    fresh_thread_pool()  # (one scheduler per process: see `solvers.backends.highs`)
     run = solve_mip(model.lp, model.integer_cols, lower, upper, options, counter.on_interrupt)
     if run.status == highspy.HighsModelStatus.kInfeasible:
         return MipBound(None, True, True, counter, run)
