@@ -177,7 +177,18 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[float, ...]]] = {
         ),
         (1.0, 3.0),
     ),
-    "lower-bound": (("random:300:7", "gpt-48blk-b8-s1024-h100-pcie5-roofline"), (1.0, 3.0)),
+    # the LP, then HiGHS's MIP on the rest: nets where its root and its nodes dominate
+    "lower-bound": (
+        (
+            "random:300:7",
+            "gpt-48blk-b8-s1024-h100-pcie5-roofline",
+            "gpt-24blk-b8-s1024-h100-pcie5-roofline",
+            "resnet50-ops-b128-a100-pcie4-roofline",
+            "gpt-12blk-b8-s1024-h100-pcie5-roofline@70%",
+            "random:600:4",
+        ),
+        (1.0, 3.0),
+    ),
 }
 BUDGET = "40%"
 

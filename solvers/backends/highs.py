@@ -15,6 +15,8 @@ root (a cut round or a heuristic over the whole model), and
 interrupted at the first callback past its work limit. The counts, and so
 where it stops, are the same on any machine. A pure LP is limited by its
 simplex iterations (which HiGHS obeys for LPs), `LP_UNITS_PER_ITERATION` each.
+(The relaxation's MIP, method `lower-bound`, is counted finer, by the LP
+iterations HiGHS reports at each callback: `solvers.model.relaxation_mip`.)
 """
 
 from __future__ import annotations

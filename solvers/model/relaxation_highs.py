@@ -15,9 +15,10 @@ changes the time only, never the work a solve counts. The LP runs only if
 its charge fits the work limit, and then to optimality: its value does not
 depend on the basis it starts from (it is rounded down to 9 digits, below
 the 1e-7 safety margin, so the last bits do not either). A MIP (on request)
-runs after it on a fresh model, on the work left, counted at HiGHS's
-interrupt callbacks like every MIP here (`solvers.backends.highs`); its
-proven dual bound replaces the LP's when higher.
+runs after it on a fresh model, on the work left (if that covers its root
+LP: `relaxation_mip.root_units`), counted by the LP iterations and checks
+HiGHS reports (`solvers.model.relaxation_mip`); its proven dual bound
+replaces the LP's when higher.
 
 The rows themselves (whole layers and, over menus, one keep and one swap
 column per option, both integer in the MIP) come from
@@ -37,7 +38,8 @@ import numpy as np
 from planopt.certificate import LP, MIP, T_IDEAL, Certificate
 from planopt.profile import Profile
 from planopt.work import WorkMeter
-from solvers.backends.highs import WorkCounter, fresh_thread_pool
+from solvers.backends.highs import fresh_thread_pool
+from solvers.model import relaxation_mip
 from solvers.model.relaxation_coefficients import Coefficients, coefficients
 from solvers.model.relaxation_rows import (
     BUILD_UNITS_PER_ROW,
@@ -180,45 +182,22 @@ def highs_bound(
         return _seconds(profile, c, bound), certificate(
             LP, True, "the LP relaxation's optimum (no work left for the MIP)"
         )
-    mip_bound, complete, units, infeasible = _solve_mip(model, capacity, left, deadline)
-    spent += units
-    _charge(meter, units)
-    if infeasible:
+    if left is not None and left < relaxation_mip.root_units(model):
+        return _seconds(profile, c, bound), certificate(
+            LP, True, "the LP relaxation's optimum (the work left cannot cover the MIP's root LP)"
+        )
+    solved = relaxation_mip.solve(model, capacity, left, _seconds_left(deadline))
+    spent += solved.counter.units
+    _charge(meter, solved.counter.units)
+    if solved.infeasible:
         return None, certificate(MIP, True, "the MIP relaxation is infeasible")
+    complete, mip_bound = solved.complete, solved.bound
     if mip_bound is not None and mip_bound > bound:
         detail = "the MIP relaxation's " + ("optimum" if complete else "dual bound, cut short")
         return _seconds(profile, c, _round_down(mip_bound)), certificate(MIP, complete, detail)
     return _seconds(profile, c, bound), certificate(
         LP, True, "the LP relaxation's optimum (the MIP cut short raised nothing)"
     )
-
-
-def _solve_mip(
-    model: Model, capacity: float, work: float | None, deadline: float | None
-) -> tuple[float | None, bool, float, bool]:
-    """The MIP's proven dual bound (linear units), whether it finished, its work, and
-    whether it is infeasible; on a fresh HiGHS so its path depends on the model alone."""
-    lp = model.lp
-    highs = _new_highs()
-    highs.passModel(lp)
-    count = len(model.integer_cols)
-    highs.changeColsIntegrality(
-        count, model.integer_cols, np.array([highspy.HighsVarType.kInteger] * count)
-    )
-    _set_capacity(highs, model, capacity)
-    counter = WorkCounter(int(highs.getNumNz()), work)
-    highs.cbMipInterrupt += counter.on_interrupt_callback
-    fresh_thread_pool()
-    highs.setOptionValue("time_limit", _seconds_left(deadline))
-    highs.run()
-    status = highs.getModelStatus()
-    if status == highspy.HighsModelStatus.kInfeasible:
-        return None, True, counter.units(), True
-    bound = highs.getInfo().mip_dual_bound
-    complete = status == highspy.HighsModelStatus.kOptimal
-    if bound is None or not math.isfinite(bound):
-        return None, False, counter.units(), False
-    return bound, complete, counter.units(), False
 
 
 def _seconds_left(deadline: float | None) -> float:

@@ -1,0 +1,116 @@
+"""The relaxation's MIP (`solvers.model.relaxation_mip`): a work limit stops it within one
+counting step, no stretch of HiGHS's work between two checks outruns the root LP the work
+gate pays for, and a bound cut short by its work limit is the same every time."""
+
+from __future__ import annotations
+
+import highspy
+import pytest
+
+import planopt
+from planopt.bundled import resolve_profile
+from planopt.certificate import MIP
+from solvers.model import relaxation_highs, relaxation_mip
+
+RESNET = "resnet50-ops-b128-a100-pcie4-roofline"  # 175 layers, 8,393 rows
+GPT12 = "gpt-12blk-b8-s1024-h100-pcie5-roofline"  # its MIP raises the LP bound at 70%
+
+
+def _model(name: str, fraction: float):
+    profile = resolve_profile(name)
+    model, _ = relaxation_highs._CACHE.get(profile)
+    return model, model.coeffs.capacity(planopt.budget_from_fraction(profile, fraction))
+
+
+def test_a_work_limit_stops_the_root_within_one_step():
+    # NOTE (the bug): with HiGHS's sub-MIP heuristics on (as before issue 25, item
+    # 12), this MIP made 14,300 LP iterations in about 9 s between two callbacks at
+    # its root: one step of 4.8 counts, 8.1 charged against a limit of 4 (and the
+    # old count, per callback, did not see them at all). Now: 4.0, in 1.5 s.
+    model, capacity = _model(RESNET, 0.4)
+    limit = 4.0
+    solved = relaxation_mip.solve(model, capacity, limit, float("inf"))
+    counter = solved.counter
+    assert solved.run.status == highspy.HighsModelStatus.kInterrupt and counter.interrupted
+    # every LP iteration HiGHS made was seen at a callback, so was charged
+    assert counter.iterations == solved.run.lp_iterations > 0
+    assert limit <= counter.units <= limit + counter.largest_step
+    assert counter.largest_step <= relaxation_mip.root_units(model)
+    assert not solved.complete
+
+
+def test_the_same_work_limit_gives_the_same_bound_and_work():
+    profile = resolve_profile(GPT12)
+    budget = planopt.budget_from_fraction(profile, 0.7)
+    lp = planopt.solve(profile, budget, "lower-bound", relax=True).lower_bound
+    runs = []
+    for _ in range(2):
+        relaxation_highs.clear_cache()
+        runs.append(planopt.solve(profile, budget, "lower-bound", work_limit=1.0))
+    first, second = runs
+    assert first.bound_provenance.source == MIP and not first.bound_provenance.complete
+    assert first.lower_bound > lp  # the MIP cut short raised the LP's bound
+    assert (first.lower_bound, first.work_used) == (second.lower_bound, second.work_used)
+    assert first.bound_provenance.work == second.bound_provenance.work
+
+
+def test_a_share_below_the_root_lp_keeps_the_lp_bound_and_runs_no_mip(monkeypatch):
+    def never(*args, **kwargs):
+        raise AssertionError("ran a MIP the work left cannot pay the root LP of")
+
+    profile = resolve_profile(RESNET)
+    budget = planopt.budget_from_fraction(profile, 0.4)
+    model, _ = relaxation_highs._CACHE.get(profile)
+    lp_only = model.build_units() + model.lp_units()
+    monkeypatch.setattr(relaxation_mip, "solve", never)
+    bound, cert = relaxation_highs.highs_bound(
+        profile, budget, mip=True, work_limit=lp_only + 0.5 * relaxation_mip.root_units(model)
+    )
+    assert cert.source == "lp" and "root LP" in cert.detail
+    assert bound == relaxation_highs.highs_bound(profile, budget)[0]
+
+
+@pytest.mark.parametrize("iterations", [0, 1, 500])
+def test_a_step_is_charged_by_rows_and_iterations(iterations):
+    counter = relaxation_mip.MipCounter(rows=1000, limit=None)
+    fixed = (
+        relaxation_mip.LP_CHECK_UNITS_PER_ROW if iterations else relaxation_mip.CHECK_UNITS_PER_ROW
+    )
+    expected = 1000 * (fixed + relaxation_mip.ITERATION_UNITS_PER_ROW * iterations)
+    assert counter.on_interrupt(0, iterations) is False
+    assert counter.units == pytest.approx(expected) and counter.iterations == iterations
+
+
+def test_an_error_in_the_callback_stops_the_solve_and_is_raised():
+    # (ctypes would print and drop it, and the MIP would run on unlimited)
+    from solvers.backends.highs_capi import solve_mip
+
+    model, _ = _model(RESNET, 0.4)
+    calls = []
+
+    def failing(nodes, iterations):
+        calls.append(iterations)
+        raise ValueError("counter failed")
+
+    lower = model.lp.row_lower_
+    with pytest.raises(ValueError, match="counter failed"):
+        solve_mip(model.lp, model.integer_cols, lower, model.lp.row_upper_, {}, failing)
+    assert len(calls) == 1
+
+
+def test_the_sub_mips_are_off_only_under_a_work_limit(monkeypatch):
+    from solvers.backends.highs_capi import MipRun
+
+    seen = []
+
+    def spy(lp, cols, lower, upper, options, on_interrupt):
+        seen.append(dict(options))
+        return MipRun(highspy.HighsModelStatus.kInterrupt, float("nan"), 0, 0)
+
+    monkeypatch.setattr(relaxation_mip, "solve_mip", spy)
+    model, capacity = _model(RESNET, 0.4)
+    relaxation_mip.solve(model, capacity, 1.0, 5.0)
+    relaxation_mip.solve(model, capacity, None, float("inf"))
+    limited, unlimited = seen
+    assert limited == {**relaxation_mip.OPTIONS, "time_limit": 5.0}
+    assert limited["mip_heuristic_run_rins"] is False and unlimited == {}
