@@ -309,6 +309,21 @@ def canonical(
     )
 
 
+def at_model_optimum(form: Formulation, result: BackendResult, makespan: float) -> bool:
+    """Whether a plan of `makespan` seconds is no slower than the back-end's proven
+    optimum, to within the model's rounding.
+
+    NOTE: a floating-point back-end (HiGHS, CBC) accepts a binary within its
+    integrality tolerance of 0 or 1, which loosens its big-M rows; its optimum
+    is then that of a slightly larger plan space, a lower bound still but not
+    always a plan's makespan. Its claim proves a plan only at that value.
+    """
+    if result.objective is None:
+        return False
+    slack = 2 * form.time_error_bound() + 1e-12 * max(1.0, makespan)
+    return makespan <= form.seconds(result.objective) + slack
+
+
 def finish(
     problem: Problem,
     form: Formulation,
@@ -342,15 +357,22 @@ def finish(
     proven = False
     best = incumbent
     found_better = False
+    unfit = ""
     if result.values is not None:
         plan = form.decode(lambda v: result.values[v])
         makespan, peak = problem.scorer.score_plan(plan)
+        if not problem.fits(peak):
+            unfit = (
+                f"; its plan peaks at {peak:.0f} bytes, over the budget (a binary within "
+                f"{backend.name}'s integrality tolerance loosened the model)"
+            )
         if problem.fits(peak) and (best is None or makespan <= best[0]):
             found_better = best is None or makespan < best[0]
             best = (makespan, plan)
-            proven = result.status is Found.OPTIMAL
-        elif result.status is Found.OPTIMAL and best is not None and best[0] <= makespan:
-            proven = True  # the warm start is at least as good as the model's optimum
+            proven = result.status is Found.OPTIMAL and at_model_optimum(form, result, makespan)
+        elif result.status is Found.OPTIMAL and best is not None:
+            # the warm start is at least as good as the model's optimum
+            proven = at_model_optimum(form, result, best[0])
     bound = bound_seconds(problem, form, result.bound)
     bound = relaxed if bound is None else max(bound, relaxed)
     if best is not None and best[0] <= bound * (1 + OPTIMALITY_GAP):
@@ -358,6 +380,9 @@ def finish(
     note = f"{backend.name}: {result.status}{how}"
     if result.note:
         note += f"; {result.note}"
+    note += unfit
+    if best is None and unfit and result.status is Found.OPTIMAL:
+        return SolverOutput(None, Status.NO_PLAN, bound, f"{note}: no plan that fits was found")
     if best is None:
         return SolverOutput(
             None, Status.TIMEOUT, bound, f"{note}: the limit was reached before any plan was found"

@@ -91,19 +91,39 @@ def _check(solution, scores, budget):
     assert solution.makespan == pytest.approx(min(fitting), rel=1e-6, abs=1e-12)
 
 
+def _check_sound(solution, scores, budget):
+    """What a floating-point back-end answers is true, proven or not.
+
+    HiGHS runs at its own integrality tolerance (`solvers/backends/highs.py`):
+    a binary within 1e-6 of integral loosens the model, so an optimum it finds
+    may not be a plan's makespan, and `exact` then says `feasible` with that
+    bound. What it says must hold: an optimum is the optimum, `infeasible`
+    means no plan fits, a bound is below every plan that fits.
+    """
+    fitting = [t for t, peak, _ in scores if peak <= budget]
+    if solution.status is Status.OPTIMAL or solution.status is Status.INFEASIBLE:
+        _check(solution, scores, budget)
+        return
+    assert solution.status is not Status.FEASIBLE or fitting, solution.message
+    if fitting and solution.lower_bound is not None:
+        assert solution.lower_bound <= min(fitting) * (1 + 1e-6), solution.message
+    if solution.plan is not None:
+        assert solution.makespan >= min(fitting) * (1 - 1e-6), solution.message
+
+
 @RULED
 @given(ruled(v2_profiles(1, 4)))
 def test_brute_force_and_the_exact_model_find_the_optimum_under_the_rule(profile):
     """Before: the exact model's optimum broke the rule on most such chains."""
     scores = _scores(profile)
     for budget in _budgets(scores):
-        for method, kw in (
-            ("brute-force", {}),
-            ("exact", {}),
-            ("exact", {"backend": "highs"}),
+        for method, kw, check in (
+            ("brute-force", {}, _check),
+            ("exact", {}, _check),
+            ("exact", {"backend": "highs"}, _check_sound),
         ):
             solution = planopt.solve(profile, budget, method, work_limit=60, **kw)
-            _check(solution, scores, budget)
+            check(solution, scores, budget)
 
 
 @RULED
