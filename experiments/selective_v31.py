@@ -238,7 +238,9 @@ def why_lines(path: Path = OUT) -> list[str]:
         "nest left to right; `v3 x32`: 32 entries of v3's front added per layer; `v3.1 "
         "optimistic`: 32 entries of the whole front added, the policies whose "
         "checkpointed forward holds more than the plain one included with that extra "
-        "ignored (no v3.1 does better); `v3.1 charged`: the same menus, each layer's "
+        "ignored (no v3.1 over these menus does better; the whole fronts, too many "
+        "entries for the work limit, are summed up by `price` below); `v3.1 charged`: "
+        "the same menus, each layer's "
         "forward scratch raised by the largest extra on its menu (no v3.1 does worse). "
         "target: half the whole-block overhead. `*`: not proven optimal; work limit "
         f"{WORK:g} units per solve (`(guard)`: stopped by the {GUARD:g} s time guard instead).",
