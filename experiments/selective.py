@@ -229,13 +229,31 @@ def gpt48_rows(source: Profile, fractions=FRACTIONS, seconds: float = 5.0) -> di
     return out
 
 
+def why_only(path: Path) -> int:
+    """Replace the "Why" paragraph and the v3.1 table of `path` (made by this module) with
+    what `render` writes now: it reads only cached files (`selective_report.why_paragraph`),
+    so the solved tables, load-dependent rows included, stay as they were."""
+    from experiments.selective_report import why_paragraph
+
+    lines = path.read_text().split("\n")
+    start = next(k for k, x in enumerate(lines) if x.startswith("**Why (a)"))
+    end = lines.index("## Models and minimum budgets")
+    path.write_text("\n".join([*lines[:start], *why_paragraph(), *lines[end:]]))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from experiments.selective_report import figure, render
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--retrace", action="store_true", help="trace the models again")
     parser.add_argument("--work", type=float, default=WORK, help="work units per solve")
+    parser.add_argument(
+        "--why-only", action="store_true", help="re-render only the Why paragraph (no solves)"
+    )
     args = parser.parse_args(argv)
+    if args.why_only:
+        return why_only(RESULTS / "selective.md")
     start = time.process_time()
     rows = [model_row(n, p, s, work=args.work) for n, p, s in traced(args.retrace)]
     gpt2 = next(p for n, p, _ in traced(False) if n.startswith("gpt2-b8"))

@@ -17,14 +17,17 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def _front_words(name: str) -> str:
-    """The menu of the first block of the cached profile `name*` as kept -> replayed shares."""
+    """The menu of the block (the layer class repeated most) of the cached profile `name*`
+    as kept -> replayed shares, with its price (`experiments.selective_v31`)."""
+    from experiments.selective_v31 import block_class, relative_price
     from planopt import load_profile
 
     path = next(RESULTS.joinpath("selective").glob(f"{name}*.json"), None)
     if path is None:
         return "profile not cached"
-    layer = next((x for x in load_profile(path).layers if x.options), None)
-    if layer is None or not layer.saved_bytes or not layer.fwd:
+    profile = load_profile(path)
+    layer = profile.layers[block_class(profile)]
+    if not layer.options or not layer.saved_bytes or not layer.fwd:
         return "no menu"
     pairs = sorted(
         (o.saved_bytes / layer.saved_bytes, o.recompute / layer.fwd) for o in layer.options
@@ -33,9 +36,14 @@ def _front_words(name: str) -> str:
     picks = sorted(
         {min(pairs, key=lambda x, s=share: abs(x[0] - s)) for share in (0.15, 0.3, 0.45)}
     )
-    return f"{len(pairs)} entries in the cached profile: " + ", ".join(
-        f"keeping {kept:.1%} of the internals replays {replay:.1%} of the forward"
-        for kept, replay in picks
+    points = [(o.saved_bytes, o.recompute) for o in layer.options]
+    return (
+        f"{layer.name}'s {len(pairs)} entries in the cached profile: "
+        + ", ".join(
+            f"keeping {kept:.1%} of the internals replays {replay:.1%} of the forward"
+            for kept, replay in picks
+        )
+        + f"; price {relative_price(layer, points):.2f}"
     )
 
 
@@ -256,28 +264,40 @@ def _targets(rows, scale, gpt48, lines: list[str]) -> None:
             f"with menus: {'met' if met else 'missed'}** ({cells}; table below)."
         )
     verdicts.append(_target_e())
-    lines += ["## Targets of issue 24", "", *verdicts, ""]
-    lines += [
+    lines += ["## Targets of issue 24", "", *verdicts, "", *why_paragraph()]
+
+
+def why_paragraph() -> list[str]:
+    """The "Why" paragraph under the targets and the v3.1 table (from cached files only:
+    `experiments.selective --why-only` re-renders it in place)."""
+    from experiments.selective_v31 import why_lines, why_words
+
+    return [
         "**Why (a) is missed on the GPT-2 and BERT blocks, met by remat-dp on Llama.** A "
         "menu helps by as much as its front is convex: options that keep few bytes but "
-        "spare most of the replay. Under the roofline every memory-bound operator "
-        "(dropout, softmax, GELU, layer norm) costs time in proportion to its bytes, and "
-        "most of GPT2Block's policies hold more in their checkpointed forward than the "
-        "plain forward does, so the menu builder leaves them out (cost model v3 has no "
-        "per-option forward term; counting them would under-predict): GPT-2's menu "
-        f"({_front_words('gpt2-b8-s1024')}) buys "
-        "about what recomputing part of a whole block would, and a chain of 12-24 whole "
-        "blocks is already fine-grained. Llama's block (SwiGLU MLP, intermediate 8192) "
-        "saves large elementwise products that are cheap to replay beside its matmuls "
-        f"({_front_words('llama-1b-b4-s2048')}), a more convex front, and remat-dp's "
-        "overhead halves. At 50% the GPT-2 small chain has no plan either way: its "
-        "`min_budget` lies above 50% of keep-all (table below). "
+        "spare most of the replay. `price` is a block's cheapest replay seconds per byte of "
+        "internals an option frees, relative to recomputing the whole block (`fwd` per "
+        "`s_i + o_i`): near 1, the best partial trade costs what a whole recompute does, "
+        "and a chain of 12-24 whole blocks is already fine-grained enough to mix. Under "
+        "the roofline every memory-bound operator (dropout, softmax, GELU, layer norm) "
+        "costs time in proportion to its bytes, and SAC replays every operator it does not "
+        "cache, the ones making temporaries included: GPT-2's block "
+        f"({_front_words('gpt2-b8-s1024')}) and BERT's ({_front_words('bert-base')}) sit "
+        "near 1. Llama's block (SwiGLU MLP, intermediate 8192) saves large elementwise "
+        "products that are cheap to replay beside its matmuls "
+        f"({_front_words('llama-1b-b4-s2048')}), and remat-dp's overhead halves. "
+        + why_words()
+        + "At 50% the GPT-2 "
+        "small chain has no plan either way: its `min_budget` lies above 50% of keep-all "
+        "(table below). "
         "**(b)**: `min_budget` is the bound inside `F_i` and `B_i`, where a partial layer "
         "holds all its internals (cost model 12.4, 12.7), so no menu can lower it; the "
         "minimum that moves is a plan space's (VGG-16's is set by a layer whose menu "
         "cannot help). **(c)**: the target's chain is the 1,000-layer random chain of "
         "`results/remat_dp_menus.md` (its own before/after table); the GPT-2 block "
         "repeated 1,000 times (table below) is not proven within the work limit.",
+        "",
+        *why_lines(),
         "",
     ]
 

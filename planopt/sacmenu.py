@@ -200,6 +200,7 @@ def pareto_menu(
     below: int | None = None,
     fixed: float = 0.0,
     memory: BlockMemory | None = None,
+    forward_fits: bool = True,
 ) -> tuple[MenuEntry, ...]:
     """The exact front of `(h, r)` (module doc), `h` ascending; each entry's policy sorted.
 
@@ -208,12 +209,13 @@ def pareto_menu(
     `fixed`: seconds every replay spends whatever it saves (added to each `r`).
     `memory`: the block's storage lifetimes; each entry then gets its
     `regen_work_bytes`, and policies cost model v3 cannot describe are left
-    out (`planopt.menumemory`).
+    out (`planopt.menumemory`), unless `forward_fits` is False: then the whole
+    front is priced (`experiments.selective_v31` measures what those would buy).
     """
     _check(ops, storage_bytes, cut)
     total = sum(op.seconds for op in ops[:cut])
     points = _front(ops, storage_bytes, cut)
-    if memory is not None:
+    if memory is not None and forward_fits:
         # none up to the last random operator caching what autograd does not save (a
         # saved random operator makes every later one saved)
         last = max((j for j, op in enumerate(ops) if op.random and op.saveable and

@@ -162,6 +162,31 @@ def test_memory_by_hand_a_chain_of_four_operators():
     ]
 
 
+def test_forward_fits_false_prices_the_whole_front():
+    """The chain of four operators above: without the v3 filter every point of the exact
+    front stays, each priced (its replay scratch). By default the points at 30 and 40
+    bytes go (every policy holding them caches a storage autograd does not save past
+    its release: 40 bytes in the forward against the plain 30), and at 20 bytes a
+    fitting policy, (0, 3), replaces the front's first one, (0, 1)."""
+    from planopt.menumemory import BlockMemory, Lifetime, policy_memory
+
+    ops = [MenuOp(1.0, (s,)) for s in range(4)] + [MenuOp(1.0)]
+    lives = (*(Lifetime(10, j, j + 2, j) for j in range(3)), Lifetime(10, 3, 5, 3))
+    lives += (Lifetime(10, 4, 5, None),)
+    memory = BlockMemory(lives, frozenset({0, 3}), 20)
+    full = pareto_menu(ops, [10] * 4, 4, memory=memory, forward_fits=False)
+    fitting = pareto_menu(ops, [10] * 4, 4, memory=memory)
+    assert [(e.saved_bytes, e.recompute) for e in full] == [
+        (h, 4 - h / 10) for h in range(0, 50, 10)
+    ]
+    assert [e.policy for e in full][:3] == [(), (0,), (0, 1)]
+    assert [e.policy for e in fitting] == [(), (0,), (0, 3)]
+    for e in full:
+        peaks = policy_memory(ops, memory, 4, e.policy)
+        assert (e.saved_bytes < 20) == (peaks.forward <= peaks.plain)
+        assert e.regen_work_bytes == max(0, peaks.replay - 20)
+
+
 def _lifetimes(rng: random.Random, ops, sizes):
     from planopt.menumemory import BlockMemory, Lifetime
 
