@@ -94,11 +94,11 @@ def _check(solution, scores, budget):
 def _check_sound(solution, scores, budget):
     """What a floating-point back-end answers is true, proven or not.
 
-    HiGHS runs at its own integrality tolerance (`solvers/backends/highs.py`):
-    a binary within 1e-6 of integral loosens the model, so an optimum it finds
-    may not be a plan's makespan, and `exact` then says `feasible` with that
-    bound. What it says must hold: an optimum is the optimum, `infeasible`
-    means no plan fits, a bound is below every plan that fits.
+    HiGHS solves the linear translation in floating point
+    (`solvers/backends/highs.py` says what that costs): `exact` may then
+    answer `feasible` or `no plan found` where CP-SAT proves the optimum. What
+    it says must hold: an optimum is the optimum, `infeasible` means no plan
+    fits, a bound is below every plan that fits.
     """
     fitting = [t for t, peak, _ in scores if peak <= budget]
     if solution.status is Status.OPTIMAL or solution.status is Status.INFEASIBLE:

@@ -52,15 +52,28 @@ def test_children_are_found_by_name_and_only_children():
     assert child.pid not in children_named("sleep")  # reaped
 
 
+def _default_sigint() -> None:
+    """In the child before `exec`: SIGINT at its default action, unblocked.
+
+    NOTE: in full runs of the suite the child twice lived its 30 s although
+    the watchdog had sent SIGINT: an ignored or blocked SIGINT is inherited
+    through `exec`, and some earlier test leaves the process that way (not
+    found; alone, and after the tests that run just before it, it does not
+    happen). That is the child's business, not the watchdog's: a CBC that
+    ignores SIGINT gets SIGKILL (the next test). So the child here starts
+    with SIGINT's default action.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def test_a_child_past_its_deadline_is_interrupted():
     clock = ManualClock()
     with stop_children_after("sleep", 5.0, clock=clock) as watch:
-        child = subprocess.Popen(["sleep", "30"])  # returns once `sleep` runs
+        # returns once `sleep` runs
+        child = subprocess.Popen(["sleep", "30"], preexec_fn=_default_sigint)
         clock.advance()  # the deadline passes
         returncode = child.wait()
-    # NOTE: once, in a full run on a loaded machine, the child lived its 30 s
-    # (return code 0); the order of these asserts says next time whether no
-    # signal went out or one went out and did not stop it.
     assert watch.sent == [signal.SIGINT]
     # The return code says the child died of the signal, not of its 30 s.
     assert returncode == -signal.SIGINT

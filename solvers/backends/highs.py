@@ -31,7 +31,7 @@ import highspy
 import pulp
 
 from solvers.backends.base import BackendResult, Status
-from solvers.backends.linear import build_lp, read_solution
+from solvers.backends.linear import INTEGRALITY_TOLERANCE, build_lp, read_solution
 
 if TYPE_CHECKING:
     from planopt.work import WorkMeter
@@ -168,18 +168,21 @@ def solve(
         timeLimit=time_limit,
         threads=1,
         random_seed=seed,
-        # NOTE: HiGHS runs with its own tolerances and settings. With the
-        # integrality tolerance at 1e-9 (below its LP's primal feasibility
-        # tolerance, 1e-7) HiGHS 1.14 pruned optima: "optimal" 1.4-128% above
-        # the optimum, or "infeasible" under a plan that fits, on 0-4 of about
-        # 1,100 solves of random 4-layer chains per setting, whether presolve ran
-        # or not and cuts stayed in the LP or not (tests/test_exact_highs_floor.py
-        # holds three such chains). With its default, 1e-6: none in 4,339 (three
-        # settings, brute force the judge).
-        # A binary within 1e-6 of integral can loosen a big-M row by 2e-6 of the
-        # horizon: the decoded plan is re-scored, so that only loosens the bound,
-        # and `exact_search.finish` takes a claim of optimality only when the
-        # plan's makespan is the model's optimum to within rounding.
+        mip_feasibility_tolerance=INTEGRALITY_TOLERANCE,
+        # NOTE (measured over random ruled 4-layer chains, brute force the judge):
+        # at this integrality tolerance, below HiGHS's LP feasibility tolerance
+        # (1e-7), HiGHS 1.14 sometimes prunes the optimum: "optimal" 1.4-128% above
+        # it, or "infeasible" under a plan that fits. With presolve and cuts at
+        # their defaults it did on the chains of tests/test_exact_highs_floor.py;
+        # presolve off, 7 wrong in 3,308 solves; presolve on with cuts kept out of
+        # the LP (below), 5 in 3,308, and right on those chains. At HiGHS's own
+        # tolerance (1e-6) none of 4,339 tiny chains was wrong, but the memory rows
+        # (bytes over their gcd, up to ~1e9) then loosen by ~1e3 bytes and the
+        # plans of real-sized chains (tests/test_bank.py) break the budget. So HiGHS
+        # is the cross-check, CP-SAT (exact in integers) the reference.
+        presolve="on",
+        mip_lp_age_limit=0,
+        mip_pool_soft_limit=0,
     )
     work = solver.work(prob)
     if meter is not None:
