@@ -17,6 +17,7 @@ import pytest
 
 import planopt
 from planopt import Device, Layer, Profile
+from solvers.backends.cbc import stopped_inside
 
 
 def _layer(name, fwd, bwd, out, saved, saves_in, saves_out, in_grad, p_grad, work, mod=False):
@@ -77,3 +78,13 @@ def test_cbc_claims_no_optimum_its_search_did_not_prove(chain):
     if got.status is planopt.Status.OPTIMAL:
         assert got.makespan == pytest.approx(best.makespan, rel=1e-6), got.message
     assert got.lower_bound <= best.makespan * (1 + 1e-6), got.message
+
+
+def test_a_search_stopped_or_dropped_inside_is_read_as_unproven():
+    """The two shapes of CBC 2.10.3's log seen on those chains, and a clean one."""
+    completed = "Cbc0001I Search completed - best objective {}, took 9 iterations and 2 nodes\n"
+    partial = "Cbc0005I Partial search - best objective 4923.5 (best possible 806.6), took 9\n"
+    assert stopped_inside(partial + completed.format(4923.5))
+    assert stopped_inside(completed.format(6011.9046) + completed.format(6130.9522))
+    assert not stopped_inside(completed.format(6130.9522) + completed.format(6130.9522))
+    assert not stopped_inside(completed.format(6482.98))
