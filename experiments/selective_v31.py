@@ -15,7 +15,7 @@ of `experiments.selective` (GPT-2, BERT, GPT-2 medium):
 1. Each block class is traced again as `add_menus` traces it (the same
    `Traced.profile(menus=True)` path; `captured` keeps the operator traces)
    and two fronts are priced: v3's (`OpProfile.menu()`) and the whole front
-   (`pareto_menu(forward_fits=False)`), each point with its forward extra.
+   (`OpProfile.menu(forward_fits=False)`), each point with its forward extra.
    Both go to `results/selective/v31/` (no re-trace unless `--retrace`).
 2. Profiles, each menu a superset of the one before (so remat-dp's proven
    optimum can only improve along the row): `current` (the cached profile of
@@ -48,7 +48,7 @@ from planopt import Profile, budget_from_fraction
 from planopt.io import load_profile
 from planopt.menu import LayerOption
 from planopt.menumemory import policy_memory
-from planopt.sacmenu import MenuEntry, pareto_menu, thin
+from planopt.sacmenu import MenuEntry, thin
 
 NAMES = (
     "gpt2-b8-s1024-h100-pcie5-traced",
@@ -103,15 +103,7 @@ def trace_fronts(name: str) -> dict:
         entry.profile(menus=True)
     out = {}
     for cls, ops in seen.items():
-        full = pareto_menu(
-            ops.menu_ops(),
-            ops.storage_bytes,
-            ops.replayed(True),
-            below=ops.saved_bytes,
-            fixed=ops.overhead(True),
-            memory=ops.memory(),
-            forward_fits=False,
-        )
+        full = ops.menu(True, forward_fits=False)
         out[cls] = {"v3": priced(ops, ops.menu(True)), "full": priced(ops, full)}
     return out
 

@@ -130,20 +130,18 @@ class OpProfile:
     def menu_ops(self) -> tuple[MenuOp, ...]:
         return tuple(MenuOp(o.seconds, o.storages, o.saveable, o.random) for o in self.ops)
 
-    def menu(self, early_stop: bool = True) -> tuple[MenuEntry, ...]:
+    def menu(self, early_stop: bool = True, forward_fits: bool = True) -> tuple[MenuEntry, ...]:
         """The front (`planopt.sacmenu.pareto_menu`, lifetimes known) below `saved_bytes`.
 
         `early_stop`: how the runtime's `checkpoint` replays (its `early_stop`
         argument): up to the cut (torch's default), or the whole forward.
+        `forward_fits=False`: v3's undescribable policies too (`pareto_menu`).
         """
         return pareto_menu(
-            self.menu_ops(),
-            self.storage_bytes,
-            self.replayed(early_stop),
-            below=self.saved_bytes,
-            fixed=self.overhead(early_stop),
-            memory=self.memory(),
-        )
+            self.menu_ops(), self.storage_bytes, self.replayed(early_stop),
+            below=self.saved_bytes, fixed=self.overhead(early_stop), memory=self.memory(),
+            forward_fits=forward_fits,
+        )  # fmt: skip
 
     def memory(self) -> BlockMemory | None:
         """What the menu needs to price a policy's memory (`sacmenu.BlockMemory`)."""
