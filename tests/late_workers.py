@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 
+from planopt.runtime import hostcopies
 from planopt.runtime.threadcopies import ThreadCopies
 
 
@@ -50,3 +51,14 @@ class LateStartCopies(LateStart, ThreadCopies):
     def __init__(self, link, start: float) -> None:
         super().__init__(link)
         self.start_late = start
+
+
+def start_apply_copies_late(monkeypatch, start: float) -> None:
+    """Make `apply`'s engine (`hostcopies.HiddenThreadCopies`) start each copy `start`
+    seconds late, for the rest of the test."""
+    late = type(
+        "LateHiddenThreadCopies",
+        (LateStart, hostcopies.HiddenThreadCopies),
+        {"start_late": start},
+    )
+    monkeypatch.setattr(hostcopies, "HiddenThreadCopies", late)

@@ -28,9 +28,9 @@ torch = pytest.importorskip("torch")
 import planopt  # noqa: E402
 from planopt import Plan  # noqa: E402
 from planopt.plan import KEEP, SWAP  # noqa: E402
-from planopt.runtime import apply, hostcopies, measure_step, profile_in_place  # noqa: E402
+from planopt.runtime import apply, measure_step, profile_in_place  # noqa: E402
 from planopt.runtime.hf import hf_available  # noqa: E402
-from tests.late_workers import LateStart  # noqa: E402
+from tests.late_workers import start_apply_copies_late  # noqa: E402
 
 pytestmark = [
     pytest.mark.torch,
@@ -80,10 +80,6 @@ def test_apply_whole_layer_swaps_over_a_slow_link_hold_the_predicted_peak(tracke
         )
 
 
-class _LateHidden(LateStart, hostcopies.HiddenThreadCopies):
-    """`apply`'s engine, its workers starting each copy 20 ms late."""
-
-
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_apply_frees_the_copies_out_a_starved_worker_has_not_made(family, monkeypatch):
     """Over an instant link a copy out ends with its block's forward. Workers that start
@@ -92,7 +88,7 @@ def test_apply_frees_the_copies_out_a_starved_worker_has_not_made(family, monkey
     forward and the suffix's now poll the engine, which makes the copies out the spec
     has ended that no worker started, and frees them."""
     instant = planopt.Device("instant", math.inf, math.inf, 0.0)
-    monkeypatch.setattr(hostcopies, "HiddenThreadCopies", _LateHidden)
+    start_apply_copies_late(monkeypatch, 0.02)
     model, batch, loss_fn, prof = setup(family, instant)
     n = len(prof.profile)
     for blocks in ([SWAP] * (n - 2), [(SWAP, KEEP)[i % 2] for i in range(n - 2)]):

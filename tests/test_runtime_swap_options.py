@@ -34,7 +34,6 @@ from planopt.plan import KEEP, RECOMPUTE, SWAP  # noqa: E402
 from planopt.runtime import (  # noqa: E402
     Executor,
     apply,
-    hostcopies,
     measure_step,
     profile_in_place,
     reference_model,
@@ -46,7 +45,7 @@ from planopt.runtime.profiler import profile_with_release  # noqa: E402
 from planopt.runtime.regions import step_loss  # noqa: E402
 from planopt.runtime.sacswap import OptionCache, SacInternalsError  # noqa: E402
 from planopt.simulate import Scorer  # noqa: E402
-from tests.late_workers import LateStart, LateTime  # noqa: E402
+from tests.late_workers import LateTime, start_apply_copies_late  # noqa: E402
 
 INSTANT = planopt.Device("instant", math.inf, math.inf, 0.0)
 # A copy of a few KiB takes tens of milliseconds: longer than a tiny model's forward.
@@ -258,18 +257,12 @@ def test_apply_holds_the_predicted_peak_with_swapped_options(family, link, track
         )
 
 
-class _LateHidden(LateStart, hostcopies.HiddenThreadCopies):
-    """`apply`'s engine, its workers starting each copy 30 ms late."""
-
-    start_late = 0.03
-
-
 @pytest.mark.parametrize("family", FAMILIES)
 def test_apply_holds_the_predicted_peak_when_copy_workers_start_late(family, monkeypatch):
     """Copy workers that start each copy 30 ms late (a CPU-starved machine) over the
     instant link: before, tiny Llama's 'alternate' plan measured 5.3% over (12 ms late:
     1.7%, as a CI run read), a swapped block's kept subset alive in the suffix's forward."""
-    monkeypatch.setattr(hostcopies, "HiddenThreadCopies", _LateHidden)
+    start_apply_copies_late(monkeypatch, 0.03)
     model, batch, loss_fn, prof = model_setup(family, "instant")
     for kind, plan in swap_option_plans(prof.profile, ends_kept=True).items():
         m = copy.deepcopy(model)
