@@ -38,13 +38,17 @@ times iterations) read 0.69-1.40 CPU-seconds a unit: a cut round on GPT-48
 cost 0.17-0.19 s where the rows predicted 0.10, a root LP 2x less than its
 rows times iterations, and a MIP that finished at its root (random 1,000
 layers) was charged 0.008 units for 1.07 s, its iterations coming after the
-last callback. Fitted to the CPU time at the callbacks of 17 nets (150-1,000
-layers, 726-23,000 rows) as whole solves stopped at 1-4 units: per root-LP
-iteration about 110 us (57-200 us measured), a cut round about 9 us a column
-plus 0.06 us a row per iteration (GPT-48, ~100 iterations a round: 0.185 s;
-random 600, ~30: 0.10 s; the dense models of 0.27 columns a row: 0.03-0.04 s).
-HiGHS's analytic centre (an interior-point solve of up to 200 iterations,
-0.1-0.4 s, once, 2.2 s on random 800) reports no count and is not seen.
+last callback. The counts here were fitted on the callback logs of 17 nets
+(150-1,000 layers, 726-23,000 rows), replayed as whole solves cut at 1-4
+units, and checked on 10 others: a root-LP iteration about 130 us (57-200
+us measured), a cut round about 9.6 us a column plus 0.066 us a row per
+iteration (GPT-48, ~100 iterations a round: 0.185 s; random 600, ~30: 0.10
+s; the models of 0.27 columns a row: 0.03-0.04 s). What is left is HiGHS's
+own: its analytic centre (an interior-point solve, 0.1-0.4 s once at the
+root, 2.2 s on random 800) reports no count, and it reports a dive's LP
+iterations at once, after the callbacks of the nodes that made them.
+Measured: 0.82-1.12 CPU-s a unit on lower-bound's 12 calibration solves,
+0.83-1.27 on 16 more (experiments/results/work_limits.md).
 """
 
 from __future__ import annotations
