@@ -70,8 +70,9 @@ METHOD_RATES: dict[str, float] = {
     # choice (the repeats search) counts nothing, so this rate never applies.
     "auto": 1.0,
     # NOTE: 0.6 while its MIP was counted per HiGHS callback (0.94-5.2 CPU-s a
-    # unit on 6 nets); 0.69-1.37 at 0.42 since (solvers.model.relaxation_mip)
-    "lower-bound": 0.42,
+    # unit on 6 nets); 0.69-1.37 at 0.42 by rows and LP iterations; 0.82-1.12 at
+    # 0.41 with its cut rounds counted by columns (solvers.model.relaxation_mip)
+    "lower-bound": 0.41,
 }
 # A method registered at run time without a rate of its own: its counts are its units.
 DEFAULT_RATE = 1.0

@@ -20,13 +20,35 @@ with no callback at all (sub-MIPs never call back). So here:
   incumbent HiGHS can only finish by exhausting its tree (random 300 at
   40%: 51 s against 3.3 s, random 150: 35 s against 13 s, for a bound
   within 1e-6 of the same), and no limit needs a callback to stop it;
-* each callback is charged by the model's rows, for the LP iterations HiGHS
-  made since the last one (`mip_total_lp_iterations`, read through its C
-  API: `solvers.backends.highs_capi`) plus a fixed charge, larger when it
-  re-solved an LP (a cut round, a node) than when it did not (probing,
-  propagation): `ITERATION_UNITS_PER_ROW`, `LP_CHECK_UNITS_PER_ROW`,
-  `CHECK_UNITS_PER_ROW`. The solve stops at the first callback past its
-  limit, so it overshoots by one step at most (the largest is the root LP).
+* each callback is charged for what HiGHS did since the last one, by the
+  counts it reports and the model's size (`MipCounter.step`): the first
+  callback (after presolve) by the model's rows; the root LP (the first
+  callback with LP iterations) by its iterations; every later LP re-solve (a
+  cut round, a node) by the model's columns (separation), by its rows times
+  its first `CUT_ITERATIONS` iterations (the cuts it added, which the LP then
+  carries) and by its iterations; a callback with no LP iterations (probing,
+  propagation) by the rows. The LP iterations made after the last callback
+  (a MIP that finishes at its root calls back no more) are charged when HiGHS
+  returns (`MipCounter.settle`). The solve stops at the first callback past
+  its limit, so it overshoots by one step at most (the largest is the root LP).
+
+NOTE (the counts, issue 25, item 12, second fit): the first rule (a fixed
+charge per row per callback, 33 times larger after an LP re-solve, plus rows
+times iterations) read 0.69-1.40 CPU-seconds a unit: a cut round on GPT-48
+cost 0.17-0.19 s where the rows predicted 0.10, a root LP 2x less than its
+rows times iterations, and a MIP that finished at its root (random 1,000
+layers) was charged 0.008 units for 1.07 s, its iterations coming after the
+last callback. The counts here were fitted on the callback logs of 17 nets
+(150-1,000 layers, 726-23,000 rows), replayed as whole solves cut at 1-4
+units, and checked on 10 others: a root-LP iteration about 130 us (57-200
+us measured), a cut round about 9.6 us a column plus 0.066 us a row per
+iteration (GPT-48, ~100 iterations a round: 0.185 s; random 600, ~30: 0.10
+s; the models of 0.27 columns a row: 0.03-0.04 s). What is left is HiGHS's
+own: its analytic centre (an interior-point solve, 0.1-0.4 s once at the
+root, 2.2 s on random 800) reports no count, and it reports a dive's LP
+iterations at once, after the callbacks of the nodes that made them.
+Measured: 0.82-1.12 CPU-s a unit on lower-bound's 12 calibration solves,
+0.83-1.27 on 16 more (experiments/results/work_limits.md).
 """
 
 from __future__ import annotations
@@ -41,17 +63,19 @@ from solvers.backends.highs import fresh_thread_pool
 from solvers.backends.highs_capi import MipRun, solve_mip
 from solvers.model.relaxation_rows import Model
 
-# Raw counts (of lower-bound's rate, `planopt.work.METHOD_RATES`) per row of the
-# model: per LP iteration, per callback after an LP re-solve, per other callback.
-# Fitted on the CPU time at 17,000 callbacks of 16 nets (1.4e-8, 5.4e-6 and
-# 1.7e-7 CPU-s; each within 0.55x-1.8x), then scaled with that rate so that
-# whole solves read about 1 CPU-s a unit (experiments/results/work_limits.md).
-ITERATION_UNITS_PER_ROW = 3.75e-8
-LP_CHECK_UNITS_PER_ROW = 1.34e-5
-CHECK_UNITS_PER_ROW = 4.05e-7
+# Raw counts (of lower-bound's rate, `planopt.work.METHOD_RATES`) for what HiGHS did
+# between two callbacks (see the module NOTE; `MipCounter.step`):
+PRESOLVE_UNITS_PER_ROW = 2.0e-5  # the first callback (presolve, setup), per row
+ROOT_ITERATION_UNITS = 3.1e-4  # per iteration of the root LP
+CUT_UNITS_PER_COLUMN = 2.35e-5  # per later LP re-solve (a cut round, a node), per column
+CUT_UNITS_PER_ROW_ITERATION = 1.6e-7  # ... per row per iteration, its first CUT_ITERATIONS
+CUT_ITERATIONS = 200
+NODE_SHARE = 0.5  # ... of which a re-solve at a node of the tree (no root separation)
+ITERATION_UNITS = 4.3e-6  # ... per iteration
+CHECK_UNITS_PER_ROW = 4.6e-7  # per callback with no LP iterations, per row
 
-# The root LP's iterations per row of the model (0.24-0.29 on 5 nets of 160-1,000
-# layers): what `root_units` expects the MIP's first LP to charge.
+# The root LP's iterations per row of the model (0.17-0.28 on 11 nets of 150-1,000
+# layers, 0.39 on resnet50-blocks): what `root_units` expects the MIP's first LP to charge.
 ROOT_ITERATIONS_PER_ROW = 0.3
 
 # Under a work limit: no sub-MIP heuristics (they run with no callback); everything
@@ -68,6 +92,7 @@ class MipCounter:
     """The MIP's work, charged at each interrupt callback (see the module NOTE)."""
 
     rows: int
+    cols: int
     limit: float | None = None
     units: float = 0.0
     iterations: int = 0
@@ -75,28 +100,47 @@ class MipCounter:
     largest_step: float = 0.0
     interrupted: bool = False
 
-    def step(self, iterations: int) -> float:
-        """The charge of a callback that comes `iterations` LP iterations after the last."""
-        fixed = LP_CHECK_UNITS_PER_ROW if iterations > 0 else CHECK_UNITS_PER_ROW
-        return self.rows * (fixed + ITERATION_UNITS_PER_ROW * iterations)
+    def step(self, iterations: int, in_tree: bool = False) -> float:
+        """The charge of the next callback, `iterations` LP iterations after the last
+        (`in_tree`: HiGHS has left the root): a function of the counts so far and the
+        model's size alone."""
+        units = PRESOLVE_UNITS_PER_ROW * self.rows if self.callbacks == 0 else 0.0
+        if iterations == 0:
+            return units + CHECK_UNITS_PER_ROW * self.rows
+        if self.iterations == 0:  # the root LP
+            return units + ROOT_ITERATION_UNITS * iterations
+        resolve = CUT_UNITS_PER_COLUMN * self.cols + CUT_UNITS_PER_ROW_ITERATION * self.rows * min(
+            iterations, CUT_ITERATIONS
+        )
+        return units + resolve * (NODE_SHARE if in_tree else 1.0) + ITERATION_UNITS * iterations
 
-    def on_interrupt(self, nodes: int, iterations: int) -> bool:
-        step = self.step(max(0, iterations - self.iterations))
+    def _charge(self, iterations: int, in_tree: bool) -> float:
+        step = self.step(max(0, iterations - self.iterations), in_tree)
         self.iterations = max(self.iterations, iterations)
         self.callbacks += 1
         self.units += step
         self.largest_step = max(self.largest_step, step)
+        return step
+
+    def on_interrupt(self, nodes: int, iterations: int) -> bool:
+        self._charge(iterations, nodes > 0)
         if self.limit is not None and self.units >= self.limit:
             self.interrupted = True
         return self.interrupted
 
+    def settle(self, nodes: int, iterations: int) -> None:
+        """Charge the LP iterations HiGHS made after its last callback (`nodes`,
+        `iterations`: its totals when it returned), as one more step; nothing when there
+        were none."""
+        if iterations > self.iterations:
+            self._charge(iterations, nodes > 0)
+
 
 def root_units(model: Model) -> float:
-    """What the MIP's root LP is expected to charge: the MIP runs only on work that covers
-    it, since its first callback comes after that LP and its bound is the LP's until then."""
+    """What the MIP's first callback and root LP are expected to charge: the MIP runs only
+    on work that covers them, since its bound is the LP's until the root LP is solved."""
     rows = model.rows
-    iterations = ROOT_ITERATIONS_PER_ROW * rows
-    return rows * (LP_CHECK_UNITS_PER_ROW + ITERATION_UNITS_PER_ROW * iterations)
+    return rows * (PRESOLVE_UNITS_PER_ROW + ROOT_ITERATION_UNITS * ROOT_ITERATIONS_PER_ROW)
 
 
 @dataclass(frozen=True)
@@ -119,12 +163,13 @@ def solve(model: Model, capacity: float, work: float | None, seconds: float) -> 
     if len(model.mem_rows):  # as `relaxation_highs` sets them on the LP
         lower[model.mem_rows] = -highspy.kHighsInf
         upper[model.mem_rows] = model.memory_upper(capacity)
-    counter = MipCounter(model.rows, work)
+    counter = MipCounter(model.rows, int(model.lp.num_col_), work)
     options = dict(OPTIONS) if work is not None else {}
     if math.isfinite(seconds):
         options["time_limit"] = float(seconds)
     fresh_thread_pool()  # (one scheduler per process: see `solvers.backends.highs`)
     run = solve_mip(model.lp, model.integer_cols, lower, upper, options, counter.on_interrupt)
+    counter.settle(run.nodes, run.lp_iterations)
     if run.status == highspy.HighsModelStatus.kInfeasible:
         return MipBound(None, True, True, counter, run)
     complete = run.status == highspy.HighsModelStatus.kOptimal
