@@ -19,14 +19,17 @@ the try with the least makespan added per byte of peak removed (ties: lower
 layer, then the order above), until the plan fits. PoocH's stage 3
 (`solvers.pooch`) then removes the waits the budget does not need, moves the
 rest as late as it allows, and times each copy back. Every try is one
-simulation charged to the problem's work meter; on expiry the start gives
-nothing (the other starts remain).
+simulation charged to the problem's work meter, with a simulation call's
+fixed cost (`planopt.work.SIMULATION_CALL_UNITS`: on the 24-30-layer chains
+`swap-only` is calibrated on, the tries cost three times their layers); on
+expiry the start gives nothing (the other starts remain).
 """
 
 from __future__ import annotations
 
 from planopt.plan import KEEP, SWAP, Plan, need_indices
 from planopt.problem import Problem
+from planopt.work import SIMULATION_CALL_UNITS
 from solvers.pooch import _Expired, _Greedy, _Work
 
 
@@ -44,6 +47,7 @@ def swap_start(problem: Problem) -> Plan | None:
                     continue
                 for tried in _tries(w, i, n, problem):
                     greedy.tick()
+                    problem.meter.charge(SIMULATION_CALL_UNITS)
                     t, p = greedy.score(tried)
                     if p >= peak:
                         continue

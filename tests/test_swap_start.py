@@ -65,3 +65,33 @@ def test_the_start_fits_and_stays_in_its_space(case):
         return
     assert set(start.actions) <= {KEEP, SWAP}
     assert simulate(profile, start, budget).peak_bytes <= budget
+
+
+def test_each_try_pays_a_simulation_calls_fixed_cost():
+    """On the small chains `swap-only` is calibrated on, a simulation costs about three
+    times the layers it is charged (70 us at 24 layers): each try of the start also pays
+    `SIMULATION_CALL_UNITS`, else the start ran three times its work (0.28 CPU-s charged
+    0.09 units) and `swap-only` left its calibration band (issue 25, item 12)."""
+    from unittest import mock
+
+    import solvers.swap_start as module
+    from planopt.work import SIMULATION_CALL_UNITS, SIMULATION_UNITS_PER_LAYER
+
+    profile = planopt.random_chain(24, seed=3, family="mixed", static_fraction=0.25)
+    problem = Problem(profile, planopt.parse_budget("40%", profile), min_budget(profile))
+    tries, tried = [], module._tries
+
+    def counted(*args):
+        out = tried(*args)
+        tries.extend(out)
+        return out
+
+    scores = mock.patch.object(
+        module._Greedy, "score", autospec=True, side_effect=module._Greedy.score
+    )
+    with mock.patch.object(module, "_tries", counted), scores as scored:
+        assert swap_start(problem) is not None
+    assert 0 < len(tries) <= scored.call_count
+    charged = scored.call_count * 24 * SIMULATION_UNITS_PER_LAYER
+    # the start's own scores, then PoocH's stage 3 (charged by layers alone)
+    assert problem.meter.used >= charged + len(tries) * SIMULATION_CALL_UNITS - 1e-12
