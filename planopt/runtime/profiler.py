@@ -40,10 +40,16 @@ import sys
 import torch
 from tqdm import tqdm
 
-from planopt.profile import Device, Profile, with_signed_scratch
+from planopt.profile import Device, Profile
 from planopt.runtime.chain import Chain, LossFn
 from planopt.runtime.counting import TrainingStep
-from planopt.runtime.counts import Counts, autocast_note, chain_layers, check_autocast
+from planopt.runtime.counts import (
+    Counts,
+    autocast_note,
+    chain_layers,
+    check_autocast,
+    sign_scratch,
+)
 from planopt.runtime.errors import RuntimeOptionError
 from planopt.runtime.inputs import (
     check_batch,
@@ -67,9 +73,6 @@ from planopt.runtime.training import TIMERS, Clock, check_device, prepare_grads,
 # so that `measure` runs the steps of a plan in the same regime.
 GRADS_TO_NONE_NOTE = "parameter gradients set to None between steps"
 
-
-# Written into a profile's source when its backward scratch is signed (cost model v3).
-SIGNED_NOTE = "Backward scratch signed (cost model v3): minus what each backward frees first."
 
 _CPU_TIMERS = {
     "wall": "time.perf_counter; CPU operators are synchronous",
@@ -305,10 +308,7 @@ def _measured(
     if menus:
         static = [*chain.parameters(), *chain.buffers(), x, y]
         prof = add_menus(prof, run, static, size=menu_size, timer=timer, repeats=iterations)
-    if signed_scratch and any(counts.bwd_release):
-        signed = with_signed_scratch(prof.layers, counts.bwd_release)
-        prof = prof.replace_layers(signed, source=f"{prof.source} {SIGNED_NOTE}")
-    return prof, counts
+    return (sign_scratch(prof, counts.bwd_release) if signed_scratch else prof), counts
 
 
 def _counting_step(run: TrainingStep, chain: Chain, device, batch, optimizer) -> Counts:
