@@ -54,7 +54,6 @@ from experiments.bench_fidelity import (
 )
 from planopt.errors import PlanoptError
 from planopt.plan import KEEP, RECOMPUTE, SWAP, Plan, need_indices
-from planopt.profile import with_signed_scratch
 from planopt.runtime import apply, measure_step, profile_in_place, reference_model
 from planopt.runtime.hf import hf_available, hf_model
 from planopt.runtime.measure import measure
@@ -78,7 +77,9 @@ class Row:
     options: int  # layers naming an option
     predicted: int
     measured: int
-    signed: int = 0  # chains: the prediction with a signed backward scratch (0: not made)
+    # chains: the prediction with the backward scratch clamped at 0, as cost model v2
+    # reads it (`profile(..., signed_scratch=False)`; 0: not made)
+    clamped: int = 0
 
     @property
     def error(self) -> float:
@@ -89,12 +90,12 @@ class Row:
         return -UNDER <= self.error <= OVER
 
     @property
-    def signed_error(self) -> float:
-        return (self.signed or self.predicted) / self.measured - 1
+    def clamped_error(self) -> float:
+        return (self.clamped or self.predicted) / self.measured - 1
 
     @property
-    def signed_ok(self) -> bool:
-        return -UNDER <= self.signed_error <= OVER
+    def clamped_ok(self) -> bool:
+        return -UNDER <= self.clamped_error <= OVER
 
 
 def option_plans(prof: planopt.Profile, pinned: bool, rng: random.Random, count: int):
@@ -157,28 +158,31 @@ def run_chain(name: str, regime: str, args, rows: list[Row], skipped: list[str])
     ref = hf_model(name[3:], "tiny") if name.startswith("hf-") else reference_model(name, "tiny")
     batch = ref.batch(seed=1)
     to_none = regime == REGIMES[1]
-    prof, release = profile_with_release(
+    prof, _ = profile_with_release(
         ref.chain, batch, ref.loss_fn, iterations=1, warmup=1, link=INSTANT,
-        grads_to_none=to_none, name=name, menus=True,
+        grads_to_none=to_none, name=name, menus=True, signed_scratch=True,
     )  # fmt: skip
-    signed = signed_profile(prof, release)
+    clamped = clamped_profile(prof)
     plans = option_plans(prof, False, random.Random(args.seed), args.random)
     plans += list(method_plans(prof, False, args.seed, skipped, f"{name} ({regime})"))
     for kind, plan in plans:
         predicted = planopt.simulate(prof, plan).peak_bytes
         m = measure(ref.chain, plan, batch, ref.loss_fn, profile=prof, iterations=0, warmup=0)
         again = Plan.build(
-            plan.actions, plan.prefetch_at, plan.swap_wait, options=plan.options, profile=signed
+            plan.actions, plan.prefetch_at, plan.swap_wait, options=plan.options, profile=clamped
         )
         row = _row(f"{name} (tiny)", regime, kind, plan, predicted, m.peak_bytes)
-        rows.append(replace(row, signed=planopt.simulate(signed, again).peak_bytes))
+        rows.append(replace(row, clamped=planopt.simulate(clamped, again).peak_bytes))
 
 
-def signed_profile(prof: planopt.Profile, release: tuple[int, ...]) -> planopt.Profile:
-    """`prof` with each backward's scratch signed as `profile_in_place(signed_scratch=True)`
-    makes it (minus what it frees first, down to cost model v3's floor): the chain
-    profiler has no such option (its backward scratch is clamped at 0)."""
-    return prof.replace_layers(with_signed_scratch(prof.layers, release))
+def clamped_profile(prof: planopt.Profile) -> planopt.Profile:
+    """`prof` (the profilers' default: each backward's scratch signed, minus what it
+    frees first, down to cost model v3's floor) with the scratch clamped at 0, as
+    `profile(..., signed_scratch=False)` makes it (`with_signed_scratch` changes only a
+    zero scratch, so this undoes it exactly)."""
+    return prof.replace_layers(
+        [replace(x, bwd_work_bytes=max(0, x.bwd_work_bytes)) for x in prof.layers]
+    )
 
 
 def run_in_place(family: str, regime: str, args, rows: list[Row], skipped: list[str]) -> None:
@@ -221,13 +225,13 @@ def render(rows: list[Row], skipped: list[str], header: list[str]) -> str:
             "",
             f"{sum(r.ok for r in mine)} of {len(mine)} plans within the target (at most "
             f"{OVER:.0%} over, {UNDER:.1%} under); {sum(r.options > 0 for r in mine)} of them "
-            "name options. Error = predicted / measured - 1. With a signed backward scratch "
-            f"on chains (below): {sum(r.signed_ok for r in mine)} of {len(mine)}, errors "
-            f"{_pct(min(r.signed_error for r in mine))} to "
-            f"{_pct(max(r.signed_error for r in mine))}.",
+            "name options. Error = predicted / measured - 1. With the backward scratch "
+            f"clamped at 0 on chains (below): {sum(r.clamped_ok for r in mine)} of "
+            f"{len(mine)}, errors {_pct(min(r.clamped_error for r in mine))} to "
+            f"{_pct(max(r.clamped_error for r in mine))}.",
             "",
             "| model | plans | with options | within 2% | fraction | worst under | worst over "
-            "| within, signed scratch |",
+            "| within, scratch clamped |",
             "|---|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for model in dict.fromkeys(r.model for r in mine):
@@ -236,16 +240,17 @@ def render(rows: list[Row], skipped: list[str], header: list[str]) -> str:
             lines.append(
                 f"| {model} | {len(rs)} | {sum(r.options > 0 for r in rs)} | {within} | "
                 f"{within / len(rs):.0%} | {_pct(min(0.0, min(r.error for r in rs)))} | "
-                f"{_pct(max(0.0, max(r.error for r in rs)))} | {sum(r.signed_ok for r in rs)} |"
+                f"{_pct(max(0.0, max(r.error for r in rs)))} | {sum(r.clamped_ok for r in rs)} |"
             )
         lines += [
             "",
-            "Within, signed scratch: the chains' plans predicted on the same profile with each "
-            "backward's scratch signed (minus what it frees before its gradients peak, "
-            "`profile_with_release`, down to cost model v3's floor), as "
-            "`profile_in_place(signed_scratch=True)` does; the chain profiler clamps it at 0, "
-            "which over-predicts keep-all by the same amounts without menus "
-            "(`fidelity_memory.md`). Models in place: the same as within 2%.",
+            "Predicted (within 2%): on the profilers' default profile, each backward's scratch "
+            "signed (minus what it frees before its gradients peak, down to cost model v3's "
+            "floor; `profile` and `profile_in_place`, `signed_scratch=True`). Within, scratch "
+            "clamped: the chains' plans predicted on the same profile with the scratch "
+            "clamped at 0 (`signed_scratch=False`, cost model v2's reading), which "
+            "over-predicts keep-all by the same amounts without menus (`fidelity_memory.md`). "
+            "Models in place: not made (the same as within 2%).",
         ]
         out = sorted((r for r in mine if not r.ok), key=lambda r: r.error)
         if out:

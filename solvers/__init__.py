@@ -76,6 +76,7 @@ METHODS: tuple[dict, ...] = (
         "role": "exact",
         "requires": _ORTOOLS,
         "menus": "plans",
+        "signed_scratch": True,
     },
     {
         "name": "recompute-only",
@@ -85,6 +86,7 @@ METHODS: tuple[dict, ...] = (
         "role": "exact",
         "requires": _ORTOOLS,
         "menus": "plans",
+        "signed_scratch": True,
     },
     {
         "name": "remat-dp",
@@ -103,6 +105,7 @@ METHODS: tuple[dict, ...] = (
         "role": "exact",
         "requires": _ORTOOLS,
         "menus": "plans",
+        "signed_scratch": True,
     },
     {
         "name": "brute-force",
@@ -121,6 +124,7 @@ METHODS: tuple[dict, ...] = (
         "role": "heuristic",
         "requires": _ORTOOLS,
         "menus": "plans",
+        "signed_scratch": True,
     },
     {
         "name": "lns",
@@ -130,6 +134,7 @@ METHODS: tuple[dict, ...] = (
         "role": "heuristic",
         "requires": _ORTOOLS,
         "menus": "plans",
+        "signed_scratch": True,
     },
     {
         "name": "auto",
@@ -139,6 +144,7 @@ METHODS: tuple[dict, ...] = (
         "role": "heuristic",
         "requires": _ORTOOLS,
         "menus": "plans",
+        "signed_scratch": True,
     },
     {
         "name": "lower-bound",

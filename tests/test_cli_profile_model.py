@@ -96,10 +96,17 @@ def test_gpt2_profile_has_a_menu_per_block_and_no_menus_on_request(capsys, tmp_p
     base = ["profile-model", "hf:gpt2", "--batch", "1", "--seq", "32"]
     code, _, err = run(capsys, *base, "--menu-size", "5", "-o", str(with_menus))
     assert code == 0, err
-    code, _, err = run(capsys, *base, "--no-menus", "-o", str(without))
+    code, _, err = run(capsys, *base, "--no-menus", "--clamped-scratch", "-o", str(without))
     assert code == 0, err
     assert '"format": "planopt.profile/3"' in with_menus.read_text()
     assert '"format": "planopt.profile/2"' in without.read_text()
+    signed = tmp_path / "signed.json"  # the default signs the scratch: /3 without menus too
+    code, _, err = run(capsys, *base, "--no-menus", "-o", str(signed))
+    assert code == 0, err
+    assert '"format": "planopt.profile/3"' in signed.read_text()
+    clamped = [max(0, layer.bwd_work_bytes) for layer in load_profile(signed).layers]
+    assert any(layer.bwd_work_bytes < 0 for layer in load_profile(signed).layers)
+    assert clamped == [layer.bwd_work_bytes for layer in load_profile(without).layers]
     prof, plain = load_profile(with_menus), load_profile(without)
     assert not any(layer.options for layer in plain.layers)
     blocks = prof.layers[1:-1]

@@ -20,6 +20,7 @@ from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 import planopt  # noqa: E402
+from planopt.io import profile_to_dict  # noqa: E402
 from planopt.runtime import Chain, ChainError, Executor, reference_model  # noqa: E402
 from planopt.runtime.link import measure_cuda_link  # noqa: E402
 from planopt.runtime.measure import measure  # noqa: E402
@@ -137,7 +138,7 @@ def test_backward_release_is_what_a_multi_node_layer_frees_before_its_gradients(
     prof, release = profile_with_release(chain, batch, product_loss, grads_to_none=True, **options)
     assert release == (0, 80, 0)
     assert prof.layers[1].bwd_work_bytes == 0
-    plain = profile(chain, batch, product_loss, grads_to_none=True, **options)
+    plain = profile(chain, batch, product_loss, grads_to_none=True, signed_scratch=False, **options)
     sizes = [
         (lay.out_bytes, lay.saved_bytes, lay.param_grad_bytes, lay.bwd_work_bytes)
         for lay in prof.layers
@@ -148,6 +149,12 @@ def test_backward_release_is_what_a_multi_node_layer_frees_before_its_gradients(
     ]
     _, kept = profile_with_release(chain, batch, product_loss, **options)
     assert kept == (0, 0, 0)
+    # profile()'s default (cost model v3, 12.6): the release as a negative scratch, a /3 file
+    signed = profile(chain, batch, product_loss, grads_to_none=True, **options)
+    expected = [lay.bwd_work_bytes - r for lay, r in zip(plain.layers, release, strict=True)]
+    assert [lay.bwd_work_bytes for lay in signed.layers] == expected == [0, -80, 40]
+    assert profile_to_dict(signed)["format"] == "planopt.profile/3"
+    assert "Backward scratch signed" in signed.source
 
 
 class FlattenOwn(nn.Module):

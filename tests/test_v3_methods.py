@@ -86,13 +86,28 @@ def test_lower_bound_bounds_menus_and_a_negative_scratch():
     assert planopt.lower_bound(_profile(menu=False), "100%") is not None
 
 
+def test_every_built_in_method_models_a_negative_scratch():
+    """Since the plan model states it (exact, recompute-only, swap-only and the searches
+    on their windows: tests/test_exact_signed.py), no built-in method refuses one."""
+    assert all(registry.get(name).signed_scratch for name in registry.names())
+
+
 def test_the_cli_refuses_with_exit_2(tmp_path, capsys):
+    """A method registered without the signed scratch is refused, naming itself."""
     from planopt import cli
 
-    planopt.save_profile(_profile(menu=False, scratch=-MIB), tmp_path / "p.json")
-    code = cli.main(["solve", str(tmp_path / "p.json"), "--budget", "90%", "--method", "exact"])
-    assert code == 2
-    assert "does not model a negative backward scratch yet" in capsys.readouterr().err
+    spec = dataclasses.replace(
+        registry.get("keep-all"), name="unsigned-rule", aliases=(), signed_scratch=False
+    )
+    registry.register(spec)
+    try:
+        planopt.save_profile(_profile(menu=False, scratch=-MIB), tmp_path / "p.json")
+        args = ["solve", str(tmp_path / "p.json"), "--budget", "90%", "--method", "unsigned-rule"]
+        assert cli.main(args) == 2
+    finally:
+        registry.unregister("unsigned-rule")
+    err = capsys.readouterr().err
+    assert "method 'unsigned-rule' does not model a negative backward scratch yet" in err
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))

@@ -171,6 +171,7 @@ def _traced(args, chain, batch, loss_fn, record, autocast, factory: str, dtype: 
         name=args.name or f"{factory}-{record.name}-{dtype}-traced",
         menus=not args.no_menus,
         menu_size=args.menu_size,
+        signed_scratch=not args.clamped_scratch,
     )
 
 
@@ -199,5 +200,6 @@ def _measured(args, chain, batch, loss_fn, link, autocast, factory: str, dtype: 
         name=args.name or f"{factory}-{device.type}-{dtype}-measured",
         menus=not args.no_menus,
         menu_size=args.menu_size,
+        signed_scratch=not args.clamped_scratch,
     )
     return prof, device

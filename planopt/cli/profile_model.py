@@ -9,8 +9,9 @@ A named model is built from its published configuration under torch's
 profiler counts it, times by roofline on the named GPU (estimates, and the
 profile's source says so). Each layer class's menu (cost model v3) is traced
 operator by operator under the same fake mode (`planopt.runtime.menus`);
-`--no-menus` writes the whole-layer `/2` profile. torch is imported only
-when the command runs.
+a backward that frees first gets a negative scratch (v3, 12.6). `--no-menus
+--clamped-scratch` writes the whole-layer `/2` profile. torch is imported
+only when the command runs.
 """
 
 from __future__ import annotations
@@ -86,7 +87,14 @@ def register(command: AddCommand) -> None:
     p.add_argument(
         "--no-menus",
         action="store_true",
-        help="whole layers only: a planopt.profile/2 without the blocks' menus",
+        help="whole layers only, without the blocks' menus (with --clamped-scratch: a "
+        "planopt.profile/2)",
+    )
+    p.add_argument(
+        "--clamped-scratch",
+        action="store_true",
+        help="a backward's scratch clamped at 0 (cost model v2), not signed (v3, the default: "
+        "minus what the backward frees first)",
     )
     p.add_argument(
         "--menu-size",
@@ -148,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
         name=name,
         menus=not args.no_menus,
         menu_size=args.menu_size,
+        signed_scratch=not args.clamped_scratch,
     )
     save_profile(profile, args.output)
     activations = sum(layer.out_bytes + layer.saved_bytes for layer in profile.layers)

@@ -37,9 +37,10 @@ class Traced:
     seq: int | None
     gpu: str
 
-    def profile(self, menus: bool = False) -> Profile:
-        """The traced profile; `menus=True` adds each block's menu (a /3 profile), the
-        bundled files stay whole-block /2 (`experiments/selective.py` traces both)."""
+    def profile(self, menus: bool = False, signed_scratch: bool = False) -> Profile:
+        """The traced profile; `menus=True` adds each block's menu and `signed_scratch=True`
+        signs the backward scratch (either: a /3 profile); the bundled files stay
+        whole-block /2, every reader reads them (`experiments/selective.py` traces both)."""
         built = build_fake(self.model, self.batch, self.seq)
         return trace_profile(
             built.chain,
@@ -49,6 +50,7 @@ class Traced:
             autocast=torch.float16,
             name=self.name,
             menus=menus,
+            signed_scratch=signed_scratch,
         )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from planopt.profile import Layer
+from planopt.profile import Layer, Profile, with_signed_scratch
 from planopt.runtime.chain import Chain
 from planopt.runtime.errors import RuntimeOptionError
 
@@ -74,3 +74,17 @@ def check_autocast(autocast: torch.dtype | None) -> None:
         raise RuntimeOptionError(
             f"autocast must be None, torch.bfloat16 or torch.float16, got {autocast!r}"
         )
+
+
+# Written into a profile's source when its backward scratch is signed (cost model v3).
+SIGNED_NOTE = "Backward scratch signed (cost model v3): minus what each backward frees first."
+
+
+def sign_scratch(prof: Profile, release: list[int] | tuple[int, ...]) -> Profile:
+    """`prof` with each backward's measured `release` as a negative scratch (cost model
+    v3, 12.6; down to its floor, `with_signed_scratch`), its source saying so; `prof`
+    itself when no backward frees first. Both profilers' `signed_scratch=True`."""
+    if not any(release):
+        return prof
+    signed = with_signed_scratch(prof.layers, release)
+    return prof.replace_layers(signed, source=f"{prof.source} {SIGNED_NOTE}")

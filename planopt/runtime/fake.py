@@ -47,7 +47,7 @@ from planopt.profile import Profile
 from planopt.runtime.attention import gpu_kernels
 from planopt.runtime.chain import Chain, LossFn
 from planopt.runtime.counting import TrainingStep
-from planopt.runtime.counts import autocast_note, chain_layers, check_autocast
+from planopt.runtime.counts import autocast_note, chain_layers, check_autocast, sign_scratch
 from planopt.runtime.errors import RuntimeOptionError
 from planopt.runtime.inputs import check_batch, check_chain, check_loss_fn
 from planopt.runtime.memory import static_bytes
@@ -134,14 +134,16 @@ def trace_profile(
     name: str = "chain",
     menus: bool = True,
     menu_size: int | None = MENU_SIZE,
+    signed_scratch: bool = True,
 ) -> Profile:
     """The estimated `Profile` of one training step of `chain` on `gpu` (module doc).
 
     The chain may be real (its tensors are faked for the trace and restored
     after) or built under a `FakeTensorMode` (no memory spent on weights);
     the batch may be real or fake. `gpu`: a `planopt.hardware.GPU` or its
-    name. `autocast`, `grads_to_none`, `optimizer`, `menus`, `menu_size`: as
-    for `profile` (menus traced under the same fake mode, roofline times).
+    name. `autocast`, `grads_to_none`, `optimizer`, `menus`, `menu_size`,
+    `signed_scratch`: as for `profile` (menus traced under the same fake mode,
+    roofline times).
     """
     check_chain(chain, "trace_profile")
     check_batch(sample_batch, "trace_profile")
@@ -190,6 +192,8 @@ def trace_profile(
         layers=chain_layers(chain, counts, fwd, bwd),
         source=_source(record, autocast, memory_as, static.note, grads_to_none, flops, built_fake),
     )
+    if signed_scratch:
+        prof = sign_scratch(prof, counts.bwd_release)
     if not menus:
         return prof
     attention = gpu_kernels() if on_gpu else contextlib.nullcontext()

@@ -90,7 +90,7 @@ def profile_in_place(
     optimizer: torch.optim.Optimizer | None = None,
     timer: str = "wall",
     name: str | None = None,
-    signed_scratch: bool = False,
+    signed_scratch: bool = True,
     menus: bool = True,
     menu_size: int | None = MENU_SIZE,
 ) -> InPlaceProfile:
@@ -101,10 +101,11 @@ def profile_in_place(
     `link`: the host link (required on CPU, measured on CUDA when omitted).
     `grads_to_none`: gradients set to None between steps (True, what
     `optimizer.zero_grad()` does by default) or kept and zeroed in place.
-    `signed_scratch` (cost model v3): a backward that frees before its
-    gradients peak gets a negative `bwd_work_bytes` (its `bwd_release`,
-    down to the floor v3 allows) instead of 0, so the simulator does not
-    over-predict there; only methods that accept signed scratch plan it.
+    `signed_scratch` (cost model v3, default True): a backward that frees
+    before its gradients peak gets a negative `bwd_work_bytes` (its
+    `bwd_release`, down to the floor v3 allows) instead of 0, so the
+    simulator does not over-predict there (every built-in method plans it;
+    the profile is then a `/3` one, menus or not); False: clamped at 0.
     `menus` (cost model v3): each block class's SAC menu, at most `menu_size`
     entries (`None`: the whole front), attached to its block layers
     (`planopt.runtime.inplacemenus`); False: a cost model v2 profile.

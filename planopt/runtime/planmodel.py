@@ -148,7 +148,7 @@ def plan_model(
     iterations: int = 3,
     warmup: int = 1,
     check_regime: str = "warn",
-    signed_scratch: bool = False,
+    signed_scratch: bool = True,
     menus: bool = True,
     menu_size: int | None = MENU_SIZE,
     **options,

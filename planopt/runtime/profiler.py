@@ -1,4 +1,4 @@
-"""Measure a chain on its device: the `planopt.profile/2` the planner solves.
+"""Measure a chain on its device: the `planopt.profile/3` (or /2) the planner solves.
 
 `profile(chain, sample_batch, loss_fn, device=..., iterations=..., warmup=...)`
 runs training steps (forward and backward, the loss fused into the last
@@ -21,7 +21,9 @@ layer; never an optimizer step) and measures per layer:
   what the cost model already holds there (`fwd_work_bytes`,
   `bwd_work_bytes`), read from the caching allocator on CUDA and from the
   live-storage tracker (`planopt.runtime.tracker`) on CPU, in the counting
-  step, which runs plain autograd;
+  step, which runs plain autograd; a backward that frees more before its
+  allocations peak than it allocates gets a negative `bwd_work_bytes` (cost
+  model v3, 12.6; `signed_scratch`, on by default), else 0;
 * `static_bytes`: parameters, buffers, optimizer state, the batch, and the
   gradients unless they are set to None;
 * the device link: measured with pinned copies on CUDA, given on CPU.
@@ -41,7 +43,13 @@ from tqdm import tqdm
 from planopt.profile import Device, Profile
 from planopt.runtime.chain import Chain, LossFn
 from planopt.runtime.counting import TrainingStep
-from planopt.runtime.counts import Counts, autocast_note, chain_layers, check_autocast
+from planopt.runtime.counts import (
+    Counts,
+    autocast_note,
+    chain_layers,
+    check_autocast,
+    sign_scratch,
+)
 from planopt.runtime.errors import RuntimeOptionError
 from planopt.runtime.inputs import (
     check_batch,
@@ -126,6 +134,7 @@ def profile(
     timer: str = "wall",
     menus: bool = True,
     menu_size: int | None = MENU_SIZE,
+    signed_scratch: bool = True,
 ) -> Profile:
     """The measured `Profile` of `chain` on `sample_batch` (see the module docstring).
 
@@ -142,7 +151,15 @@ def profile(
     shared machine; see `planopt.runtime.training.Clock`).
     `menus`: each layer's menu of SAC options (cost model v3, a `/3` profile;
     `planopt.runtime.menus`), at most `menu_size` per layer (None: the
-    whole front); False: a `/2` profile.
+    whole front); False: no menus.
+    `signed_scratch` (cost model v3, 12.6; default True): a backward that
+    frees before its allocations peak (a multi-node layer: each node frees
+    what it saved) gets a negative `bwd_work_bytes`, minus that release
+    (`profile_with_release`) down to the floor v3 allows; False: clamped at
+    0, which over-predicts such a layer's peak by its release (up to 8% of
+    the peak with gradients set to None, experiments/results/fidelity_memory_menus.md).
+    Every built-in method plans a negative scratch. A profile with one, or
+    with menus, is a `/3` profile; with neither, `/2`.
     """
     return _measured(
         chain,
@@ -160,25 +177,27 @@ def profile(
         timer=timer,
         menus=menus,
         menu_size=menu_size,
+        signed_scratch=signed_scratch,
     )[0]
 
 
 def profile_with_release(
     chain: Chain, sample_batch: tuple[torch.Tensor, torch.Tensor], loss_fn: LossFn, **options
 ) -> tuple[Profile, tuple[int, ...]]:
-    """`profile(chain, sample_batch, loss_fn, **options)` and, per layer, the
-    bytes its backward frees before its allocations peak, beyond what its
-    scratch absorbs (`Counts.bwd_release`).
+    """`profile(chain, sample_batch, loss_fn, signed_scratch=False, **options)` (the
+    scratch clamped at 0, as cost model v2 reads it, unless `options` ask for
+    it signed) and, per layer, the bytes its backward frees before its
+    allocations peak, beyond what its scratch absorbs (`Counts.bwd_release`).
 
     Cost model v2 adds a layer's new gradients on top of everything its
     backward reads and frees all of it at the end; PyTorch frees saved
     tensors and the incoming gradient node by node inside a multi-node
     layer, so the real peak can be lower than any non-negative
     `bwd_work_bytes` can say. This is that difference, measured in the same
-    counting step: the evidence for a signed backward scratch in a later
-    version of the cost model (`experiments/bench_fidelity.py` reports it).
+    counting step: what cost model v3's signed scratch says (`profile`'s
+    default; `experiments/bench_fidelity.py` compares both readings).
     """
-    prof, counts = _measured(chain, sample_batch, loss_fn, **options)
+    prof, counts = _measured(chain, sample_batch, loss_fn, **{"signed_scratch": False, **options})
     return prof, tuple(counts.bwd_release)
 
 
@@ -199,6 +218,7 @@ def _measured(
     timer: str = "wall",
     menus: bool = True,
     menu_size: int | None = MENU_SIZE,
+    signed_scratch: bool = True,
 ) -> tuple[Profile, Counts]:
     """`profile`'s work, with what its counting step found."""
     check_chain(chain, "profile")
@@ -288,7 +308,7 @@ def _measured(
     if menus:
         static = [*chain.parameters(), *chain.buffers(), x, y]
         prof = add_menus(prof, run, static, size=menu_size, timer=timer, repeats=iterations)
-    return prof, counts
+    return (sign_scratch(prof, counts.bwd_release) if signed_scratch else prof), counts
 
 
 def _counting_step(run: TrainingStep, chain: Chain, device, batch, optimizer) -> Counts:

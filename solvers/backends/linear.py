@@ -67,7 +67,14 @@ def build_lp(
     xs = []
     for i, v in enumerate(m.vars):
         if v.is_bool:
-            x = pulp.LpVariable(f"x{i}", lowBound=v.lo, upBound=v.hi, cat=pulp.LpBinary)
+            x = pulp.LpVariable(f"x{i}", cat=pulp.LpBinary)
+            if (v.lo, v.hi) != (0, 1):
+                # NOTE: PuLP sets a binary's bounds to [0, 1] whatever it is given,
+                # so a decision a restricted model rules out (swap-only's
+                # recompute: its upper bound 0) is a row; without it swap-only on
+                # CBC and HiGHS returned plans that recompute.
+                prob.addConstraint(x >= v.lo, f"fix{i}lo")
+                prob.addConstraint(x <= v.hi, f"fix{i}hi")
         else:
             x = pulp.LpVariable(f"x{i}", lowBound=v.lo / scale, upBound=v.hi / scale)
         if hint is not None:

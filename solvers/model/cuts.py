@@ -43,7 +43,7 @@ def add_relaxation_cuts(
     """
     n = len(f)
     keep, swap = d.keep, d.swap
-    cap = m.capacity
+    cap = m.capacity - m.memory_offset
     forward = sum(f)
     for t in range(n):
         tail = sum(b[: t + 1])

@@ -11,6 +11,11 @@ them with tight big-Ms. The kinds:
 * `Clause`, `ExactlyOne`, `Linear` (bounds on an expression);
 * `Interval`s on one cumulative memory resource of `Model.capacity`.
 
+Every demand is non-negative (CP-SAT's cumulative takes no other). A
+negative quantity (cost model v3's signed backward scratch, 12.6) is
+stated as its complement: the resource then counts the true level plus
+`Model.memory_offset`, which the capacity includes.
+
 Every quantity is an integer in the units `solvers.model` states (time in
 ticks, memory in exact units); a `Linear` row says whether it is time-valued
 (`in_ticks`), so a back-end that rescales time rescales it too.
@@ -138,6 +143,9 @@ class Model:
     constraints: list[Constraint] = field(default_factory=list)
     intervals: list[Interval] = field(default_factory=list)
     capacity: int = 0
+    # Units the capacity (and every level the resource counts) carries on top of
+    # the true level: the sum of the complemented negative demands (see above).
+    memory_offset: int = 0
     objective: int = -1
     horizon: int = 0
 

@@ -15,7 +15,8 @@ before allocate), as in the spec.
 Cost model v3 (a partial layer with option k): its kept `h_k` bytes follow
 the internals' rules; the dropped `s_i - h_k` live for `F_i` only and again
 from `R_i` to the end of `B_i`, with the regeneration's scratch during `R_i`;
-its input is read to the end of `B_i`.
+its input is read to the end of `B_i`. A negative backward scratch (12.6)
+enters as its complement (`_add_signed_scratch`), so demands stay >= 0.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from planopt.profile import Profile
 from solvers.model.backward import BackwardTimes
 from solvers.model.decisions import DecisionVars, conj, negate
 from solvers.model.forward import ForwardTimes
-from solvers.model.ir import AndEq, Define, Interval, Lit, MaxEq, Model, neg, pos, var
+from solvers.model.ir import AndEq, Define, Interval, Lit, MaxEq, Model, const, neg, pos, var
 from solvers.model.reads import Reads
 from solvers.model.units import MemoryScale
 
@@ -74,6 +75,7 @@ def add_memory(
         m.add(AndEq(v, (a, b)))
         return pos(v)
 
+    signed: list[tuple[int, int]] = []  # (layer, bytes) of each negative backward scratch
     for i, layer in enumerate(layers):
         nxt = min(i + 1, n - 1)
         last = i == n - 1
@@ -168,8 +170,42 @@ def add_memory(
         interval(bt.rec_start[i], regen_free, layer.out_bytes, pos(rec[i]), 0)
         interval(fwd.start[i], fwd.end[i], layer.fwd_work_bytes, None, f[i], in_forward=True)
         interval(bt.rec_start[i], bt.rec_end[i], layer.fwd_work_bytes, pos(rec[i]), f[i])
-        interval(bt.start[i], e[i], layer.bwd_work_bytes, None, b[i])
+        if layer.bwd_work_bytes >= 0:
+            interval(bt.start[i], e[i], layer.bwd_work_bytes, None, b[i])
+        elif b[i] > 0:  # v3 (12.6); an empty B_i's scratch occupies nothing
+            signed.append((i, -layer.bwd_work_bytes))
         # Gradients: g_i from B_i to the end of B_{i-1}; parameter gradients to the end.
         if i > 0:
             interval(bt.start[i], e[i - 1], layer.input_grad_bytes, None, b[i] + b[i - 1])
         interval(bt.start[i], after_end, layer.param_grad_bytes, None, 1)
+    _add_signed_scratch(m, signed, scale, bt, sum(f))
+
+
+def _add_signed_scratch(
+    m: Model, signed: list[tuple[int, int]], scale: MemoryScale, bt: BackwardTimes, forward: int
+) -> None:
+    """Each negative scratch `-W` of `B_i` (12.6: the level inside `B_i` is `W` lower)
+    as its complement: `W` on `[0, start of B_i)` and on `[end of B_i, horizon)`, with
+    the capacity raised by `W`. The resource then counts the true level plus the sum
+    of the `W` at every instant (`Model.memory_offset`), so a level fits exactly when
+    it did; every demand stays non-negative, as CP-SAT's cumulative and the linear
+    back-ends' checks (one per allocation, which only the non-negative make enough)
+    need. Half-open intervals: at the start of `B_i` the level is already `W` lower,
+    at its end it is back (every decrease first, the level after all of them).
+    """
+    if not signed:
+        return
+    zero = m.new("mem.zero", 0, 0)
+    horizon = m.new("mem.horizon", m.horizon, m.horizon)
+    m.add(Define(zero, const(0), None))
+    m.add(Define(horizon, const(m.horizon), None))
+    offset = 0
+    for i, nbytes in signed:
+        units = scale.units(nbytes)
+        offset += units
+        # B_i starts after the whole forward; the horizon lies past the makespan.
+        m.intervals.append(Interval(zero, bt.start[i], units, None, True, forward == 0))
+        m.intervals.append(Interval(bt.end[i], horizon, units, None, False, False))
+    m.memory_offset = offset
+    if m.capacity >= 0:
+        m.capacity += offset
