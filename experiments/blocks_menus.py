@@ -116,29 +116,31 @@ def render(table: dict) -> str:
 
 
 # Measured by hand while this change was made (same model, same shared machine).
-NOTES = """Where the rest of the gap is (measured by hand, same model and machine):
+NOTES = """Where the gap was, and what closed it (measured by hand, same model and machine):
 
 - The certificate over menus was `T_ideal` before (gap to T_ideal column). The
-  relaxation with one relaxed action per option gives 5.10/13.22/21.34% over
-  T_ideal at 70/50/30%; the row added for copies out not finished inside `B_t`
-  raises 70% to 5.68% (whole blocks: 5.11 -> 5.69%, so the whole rows' gap at 70%
-  fell from 4.52% to 3.99% too). At 50% and 30% the bound is the LP's
-  regeneration time alone (options kept low in the chain, swapped with an option
-  at the top).
-- The plans: `blocks` with 40 work units ends at 6.88/15.05/23.05% (5 units:
-  6.92/15.05/23.12%), and structured plans enumerated by hand (the lowest layers
-  swapped, then a run recomputed or kept/swapped with one option, every split and
-  prefetch lead) are no better (70%: 6.97% at best). The LP's own solution does
-  not round to a fitting plan (at 50%: 4-15% over the budget, by threshold), and
-  the search from the best rounding ends at 15.52% (3 units), above its usual
-  start's. So the remaining 1.2-1.6% is likely the relaxation's, not the plan's.
-- The relaxation as a MIP over menus (HiGHS, 20 s) raised nothing above the LP
-  (794 option binaries on 50 layers); on whole blocks it raised 70% by 0.27 points
-  (5.11 -> 5.38%, before the new row).
-- A group move over options in the block search (each option kept or swapped on
-  every copy of a class) made the plans worse among the other moves (3 and 10
-  work units, 70%: 6.88-7.01 -> 7.71%); run after them it gained 0.05 points at
-  50% only, so it was left out."""
+  relaxation with one relaxed action per option gave 5.10/13.22/21.34% over
+  T_ideal at 70/50/30%; the row for copies out not finished inside `B_t` raised
+  70% to 5.68%. That was the relaxation's own optimum, not an LP artefact: its
+  MIP (HiGHS, 60 s, heuristics on) found integer points at 5.71/13.25/21.38%,
+  within 0.04 points of the LP. Those points hid the whole recomputation (about
+  98 of the chain's 1,718 time units) before the head's backward `B_49`, so that
+  D2H had the time to copy 2.4 units of memory out (1.95 fit in the forward),
+  while holding none of what it regenerates. No plan can: only the recompute
+  run hanging below `B_t` (its block at step t or above) regenerates before
+  `B_t` from below t, and `B_t` then holds its internals. With those rows
+  (`solvers.model.relaxation`) the LP gives 6.57/14.69/22.81%.
+- The plans: at 70% the recompute-only optimum (remat-dp over menus, 12.20%)
+  beats pooch's plan (12.60%) as a start, and the search from it stopped at
+  9.91% (5 units) and 8.58% (10 units); from pooch's it reaches 7.01% in 3
+  units. `blocks` now also searches from the next fastest start when the
+  fastest is the recompute-only optimum (half the work each). 40 units gave
+  6.88/15.05/23.05% before; structured plans enumerated by hand (the lowest
+  layers swapped, then a run recomputed or kept/swapped with one option, every
+  split and prefetch lead) were no better (70%: 6.97% at best).
+- What is left (0.25-0.41%) is the relaxation's or the search's: the
+  relaxation's MIP (`lower-bound`, 5 units) raises the LP by 0.001 points at
+  70% and not at all at 50% and 30%."""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,6 +2,7 @@
 
     python -m experiments.selective            # results/selective.md + figures/selective.png
     python -m experiments.selective --retrace  # re-trace the models (else the cached /3 JSON)
+    python -m experiments.selective --gpt48-only  # only target (d)'s line and table
 
 1. Models: every bundled traced profile, re-traced WITH menus through the
    path `planopt.runtime.bundle` uses (`Traced.profile(menus=True)`: fake
@@ -242,6 +243,23 @@ def why_only(path: Path) -> int:
     return 0
 
 
+def gpt48_only(path: Path) -> int:
+    """Re-run target (d)'s rows alone (`gpt48_rows`, about a minute) and replace its line
+    and its table in `path` (made by this module); the other tables stay as they were."""
+    from experiments.selective_report import gpt48_section, target_d
+
+    gpt2 = next(p for n, p, _ in traced(False) if n.startswith("gpt2-b8"))
+    gpt48 = gpt48_rows(gpt2)
+    lines = path.read_text().split("\n")
+    lines[next(k for k, x in enumerate(lines) if x.startswith("- **(d) "))] = target_d(gpt48)
+    start = lines.index("## blocks on a GPT-48-size traced model (target d)")
+    end = next(k for k in range(start + 1, len(lines)) if lines[k].startswith("## "))
+    section: list[str] = []
+    gpt48_section(gpt48, section)
+    path.write_text("\n".join([*lines[:start], *section, *lines[end:]]))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from experiments.selective_report import figure, render
 
@@ -251,9 +269,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--why-only", action="store_true", help="re-render only the Why paragraph (no solves)"
     )
+    parser.add_argument(
+        "--gpt48-only", action="store_true", help="re-run only target (d)'s rows and line"
+    )
     args = parser.parse_args(argv)
     if args.why_only:
         return why_only(RESULTS / "selective.md")
+    if args.gpt48_only:
+        return gpt48_only(RESULTS / "selective.md")
     start = time.process_time()
     rows = [model_row(n, p, s, work=args.work) for n, p, s in traced(args.retrace)]
     gpt2 = next(p for n, p, _ in traced(False) if n.startswith("gpt2-b8"))

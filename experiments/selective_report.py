@@ -245,26 +245,30 @@ def _targets(rows, scale, gpt48, lines: list[str]) -> None:
         f"{len(lower)} of {len(rows)}**" + (f" (not on {', '.join(same)})." if same else ".")
     )
     verdicts.append(_target_c(scale))
+    verdicts.append(target_d(gpt48))
+    verdicts.append(_target_e())
+    lines += ["## Targets of issue 24", "", *verdicts, "", *why_paragraph()]
+
+
+def target_d(gpt48) -> str:
+    """Target (d)'s line, from `experiments.selective.gpt48_rows`."""
     blocks = registry.get("blocks").menus.value
     if blocks == "refuses" or not gpt48:
-        verdicts.append(
+        return (
             "- **(d) blocks/auto on GPT-48-size traced models: not measured** "
             f"(registry: blocks {blocks})."
         )
-    else:
-        menus = [v for k, v in gpt48.items() if k[1] == "menus"]
-        met = all(v.gap is not None and v.gap <= 0.01 for v in menus)
-        cells = ", ".join(
-            f"{f:.0%}: {_pct(v)}, gap {'-' if v.gap is None else f'{v.gap:.2%}'}, {v.cpu:.1f} s CPU"
-            for (f, variant), v in gpt48.items()
-            if variant == "menus"
-        )
-        verdicts.append(
-            f"- **(d) blocks within 1% of its certificate in 5 s on a GPT-48-size traced model "
-            f"with menus: {'met' if met else 'missed'}** ({cells}; table below)."
-        )
-    verdicts.append(_target_e())
-    lines += ["## Targets of issue 24", "", *verdicts, "", *why_paragraph()]
+    menus = [v for k, v in gpt48.items() if k[1] == "menus"]
+    met = all(v.gap is not None and v.gap <= 0.01 for v in menus)
+    cells = ", ".join(
+        f"{f:.0%}: {_pct(v)}, gap {'-' if v.gap is None else f'{v.gap:.2%}'}, {v.cpu:.1f} s CPU"
+        for (f, variant), v in gpt48.items()
+        if variant == "menus"
+    )
+    return (
+        f"- **(d) blocks within 1% of its certificate in 5 s on a GPT-48-size traced model "
+        f"with menus: {'met' if met else 'missed'}** ({cells}; table below)."
+    )
 
 
 def why_paragraph() -> list[str]:
@@ -302,7 +306,7 @@ def why_paragraph() -> list[str]:
     ]
 
 
-def _gpt48(gpt48, lines: list[str]) -> None:
+def gpt48_section(gpt48, lines: list[str]) -> None:
     if not gpt48:
         return
     lines += [
@@ -339,7 +343,7 @@ def render(rows, scale, curves, work: float, cpu: float, gpt48=None) -> str:
     _models(rows, lines)
     _overheads(rows, work, lines)
     _scale(scale, lines)
-    _gpt48(gpt48, lines)
+    gpt48_section(gpt48, lines)
     lines += ["## Figure", "", "![overhead against budget](../figures/selective.png)", ""]
     if curves:
         lines += [curves, ""]

@@ -28,7 +28,7 @@ from solvers.search.bounds import relaxation_lower_bound
 from solvers.search.driver import Phase, Report, search
 from solvers.search.engine import Incumbent
 from solvers.search.moves import kick_phase, layer_level, level_phases
-from solvers.search.starts import Portfolio, portfolio
+from solvers.search.starts import Portfolio, Start, portfolio
 from solvers.search.windows import sliding_windows, window_phase
 from solvers.starters import STARTS_WORK
 
@@ -86,12 +86,14 @@ def finish(
     report: Report,
     bound: tuple[float | None, Certificate] | None,
     detail: str,
+    *,
+    start: Start | None = None,
 ) -> SolverOutput:
     """The method's output: the incumbent (it fits: it started from a plan that fits,
     the fastest start, so it is never slower than any of them). The message names
     the start, and says when the greedy did not finish (then the plan may be slower
     than the greedy's would have been) or no work was left for the search."""
-    start = starts.best
+    start = start or starts.best
     assert start is not None
     moves = ", ".join(f"{k} {v}" for k, v in report.improved_by.items()) or "none"
     if report.converged:

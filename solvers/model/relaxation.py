@@ -37,6 +37,15 @@ plan must obey:
   the LP had swapped the top layers, whose copies out end after the turn.)
   Transfer latency only makes copies slower, so leaving it out keeps the
   bound valid.
+* the compute stream after `B_t` starts (`U_0 - U_t`) runs every
+  regeneration below t but the recompute run hanging below t (layers
+  `j .. t-1` all recomputed, its block at step t or above: `Z_t`, at most
+  the forward time of that run), and inside `B_t` that run holds its
+  regenerated internals, at least `hang_slope[t]` per unit of `Z_t` (the
+  least internals per forward time over the runs below t). Without it the
+  LP hid the whole recomputation before `B_{L-1}` to give D2H time while
+  holding none of what it regenerates (GPT-2's traced block x48 with menus:
+  5.68/13.22/21.34% over T_ideal at 70/50/30%, 6.57/14.69/22.81% with it).
 
 Over menus (cost model v3, 12.2-12.4) each option of a layer is one more
 action (kept or swapped with that option), as in the exact MIP: kept, it
@@ -173,6 +182,17 @@ def pulp_relaxation_bound(
             prob += extra[t] >= extra[t + 1]
         prob += rec_from[t] == rec_from[t + 1] + regenerated(t)
         prob += extra[t] >= rec_from[t]
+    # What runs after B_t starts (`extra[0] - extra[t]`) holds every regeneration
+    # below t but the recompute run hanging below t (`hang[t]`: layers j .. t-1 all
+    # recomputed, whose block may run at step t or above).
+    # Inside B_t that run holds its regenerated internals, at least `hang_slope[t]`
+    # per unit of its time (the memory rows below). Left out on long nets.
+    slopes = c.hang_slope
+    hang = [0, *(pulp.LpVariable(f"Z{t}", lowBound=0) for t in range(1, n))] if slopes else []
+    for t in range(1, len(hang)):
+        prob += hang[t] <= hang[t - 1] + f[t - 1] * rec[t - 1]
+        prob += hang[t] <= c.f_end[t - 1] * rec[t - 1]
+        prob += extra[0] - extra[t] >= rec_from[0] - rec_from[t] - hang[t]
     prob += makespan >= forward_end + math.fsum(b) + extra[0]
 
     # Suffix sums of copy-back time (H2D) and copy-out time (D2H).
@@ -227,6 +247,8 @@ def pulp_relaxation_bound(
                 below = below - out[i - 1] * stays
             if c.partial_input and c.partial_input[i]:
                 below = below + c.partial_input[i] * partial(i)  # a partial B_i reads x_i
+            if slopes and i > 0 and slopes[i] > 0:
+                below = below + slopes[i] * hang[i]  # the hanging run's regenerated internals
             out_gap = _out_gap(f_end, stall, b_upto, extra, i)
             not_out = _still_held(prob, f"O{i}", swapped_below, i, out_rate, out_gap)
             prob += below + held + not_out + c.backward_fixed[i] <= cap

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+import numpy as np
+
 from planopt.profile import Profile
 from solvers.model.units import linear_memory, time_scale
 
@@ -70,6 +72,9 @@ class Coefficients:
     # row counts it (0 where the row's other terms may).
     options: tuple[tuple[OptionCoefficients, ...], ...] = ()
     partial_input: tuple[float, ...] = ()
+    # Per t: the least saved internals per linear time unit of forward over the
+    # runs `j .. t-1` (`hang_slopes`); empty when the hanging-run rows are left out.
+    hang_slope: tuple[float, ...] = ()
 
     @property
     def option_count(self) -> int:
@@ -184,7 +189,38 @@ def coefficients(profile: Profile) -> Coefficients:
         seconds_per_unit=t_unit,
         options=options,
         partial_input=partial_input,
+        hang_slope=hang_slopes(f, [memory.units(x.saved_bytes) for x in layers]),
     )
+
+
+# Nets up to this many layers get the hanging-run rows (`hang_slopes` is quadratic).
+HANG_ROWS_UP_TO = 2048
+
+
+def hang_slopes(f: list[float], internals: list[float]) -> tuple[float, ...]:
+    """Per t, a slope `a_t` with `a_t * F <= I` for every run `j .. t-1` below t, where F
+    is the run's forward time and I its saved internals (0 where none is positive).
+
+    A recompute run hanging below `B_t` (regenerated at step `t` or above) holds its
+    internals inside `B_t`; the rows charge `a_t` per unit of the time it hides
+    (`solvers.model.relaxation`). Rounded down, so the rows stay below any plan.
+    Empty past `HANG_ROWS_UP_TO` layers: the rows are then left out.
+    """
+    n = len(f)
+    if n > HANG_ROWS_UP_TO:
+        return ()
+    fs = np.asarray(f, dtype=np.float64)
+    ins = np.asarray(internals, dtype=np.float64)
+    out = [0.0] * n
+    for t in range(1, n):
+        # sums of the runs t-1 .. j for j = t-1 down to 0 (no cancellation: all >= 0)
+        time = np.cumsum(fs[t - 1 :: -1])
+        held = np.cumsum(ins[t - 1 :: -1])
+        positive = time > 0
+        if positive.any():
+            best = float(np.min(held[positive] / time[positive]))
+            out[t] = max(0.0, best * (1 - 1e-6))
+    return tuple(out)
 
 
 def window_starts(top: int, n: int) -> list[int]:

@@ -146,6 +146,17 @@ def build_model(c: Coefficients, deadline: float | None = None) -> Model:
         regen = with_options(row, t, lambda o: -o.recompute, lambda o: -o.recompute)
         rows.add(regen, 0.0, 0.0)
         rows.add({U + t: 1.0, X + t: -1.0}, 0.0, _INF)
+    # The recompute run hanging below B_t (the reference's `hang`; none on long nets).
+    hang: dict[int, int] = {}
+    for t in range(1, n if c.hang_slope else 1):
+        hang[t] = new_col()
+        row = {hang[t]: 1.0, rec + t - 1: -c.f[t - 1]}
+        if t > 1:
+            row[hang[t - 1]] = -1.0
+        rows.add(row, -_INF, 0.0)
+        rows.add({hang[t]: 1.0, rec + t - 1: -c.f_end[t - 1]}, -_INF, 0.0)
+        row = {U + 0: 1.0, U + t: -1.0, X + 0: -1.0, X + t: 1.0, hang[t]: 1.0}
+        rows.add(row, 0.0, _INF)
     rows.add({T: 1.0, W + n - 1: -1.0, U + 0: -1.0}, c.forward_total + c.b_upto[n - 1], _INF)
     for t in range(n - 1, -1, -1):
         check(t)
@@ -216,6 +227,8 @@ def build_model(c: Coefficients, deadline: float | None = None) -> Model:
             if c.partial_input and c.partial_input[i]:
                 x = c.partial_input[i]  # a partial B_i reads x_i
                 with_options(terms, i, lambda o, x=x: x, lambda o, x=x: x)
+            if i in hang and c.hang_slope[i] > 0:
+                add(terms, hang[i], c.hang_slope[i])
             mem_rows.append(rows.add(terms, -_INF, 0.0))
             mem_const.append(c.backward_fixed[i])
 

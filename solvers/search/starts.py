@@ -24,6 +24,9 @@ from planopt.registry import Space, in_space
 from planopt.result import SolverOutput, Status
 from solvers.starters import charge_starters, may_start, starters_problem
 
+# The source of the recompute-only optimum's start (remat-dp's plan).
+RECOMPUTE_OPTIMUM = "recompute-only optimum (remat-dp)"
+
 
 @dataclass(frozen=True)
 class Start:
@@ -141,7 +144,7 @@ def portfolio(
 
         seeded = seed_joint(problem, share=recompute_share)
         if seeded is not None:
-            pending.append((seeded[0], "recompute-only optimum (remat-dp)"))
+            pending.append((seeded[0], RECOMPUTE_OPTIMUM))
     score()
     starts.sort(key=lambda t: (t[0], t[1]))
     return Portfolio(tuple(s for _, _, s in starts), greedy_out)
