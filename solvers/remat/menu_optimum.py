@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from solvers.remat.menu_back import solve_back
 from solvers.remat.menu_graph import MenuGraph
 from solvers.remat.menu_search import MenuResult, better, run, stopped_result
 from solvers.remat.menus import MenuChain
@@ -72,6 +73,24 @@ def solve_menu_room(
         return MenuResult(None, True, math.inf), False
     lower = graph.root()
     step = FIRST_STEP * (abs(lower) + sum(chain.fwd) / max(chain.n, 1))
+    share = TARGET_WORK * built
+    spent = 0.0
+
+    def paid(units: float) -> None:
+        nonlocal spent
+        spent += units
+        target_charge(units)
+
+    # the backward route first (`menu_back`'s NOTE): a beam's plan caps the exact search
+    span = lower + step * sum(STEP_GROWTH**i for i in range(ROUNDS))
+    exact, beam = solve_back(graph, span, charge=paid, expired=target_expired, work_cap=share)
+    if exact.plan is not None:  # the best within the beam's seconds: proven optimal
+        return MenuResult(exact.plan, True, exact.plan.makespan), False
+    if (exact.stopped or exact.capped) and expired():
+        found = stopped_result(graph, None, start(), lower)
+        if beam is not None and (found.plan is None or beam.plan.makespan < found.plan.makespan):
+            found = MenuResult(beam.plan, False, found.lower)
+        return found, True
     # The finer bound of the subgraph every cap of the ladder allows (built once):
     # its root bounds the plans within the last cap, and every other plan adds more.
     for _ in range(ROUNDS):
@@ -82,14 +101,6 @@ def solve_menu_room(
             lower = max(lower, root)
             break
         lower = last  # no plan within it: the ladder starts above
-    share = TARGET_WORK * built
-    spent = 0.0
-
-    def paid(units: float) -> None:
-        nonlocal spent
-        spent += units
-        target_charge(units)
-
     for _ in range(ROUNDS):
         cap = lower + step
         done = run(graph, cap, charge=paid, expired=target_expired, work_cap=share - spent)
