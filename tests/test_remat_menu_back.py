@@ -11,6 +11,7 @@ optimum or passes below a prefix, and these fail.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -24,6 +25,7 @@ from test_remat_menu_targets import _plans
 
 import planopt
 from planopt.budget import keep_all_peak
+from solvers.remat import menu_back
 from solvers.remat.menu_back import _prepared, route_prices, run_back, solve_back
 from solvers.remat.menu_graph import MenuGraph
 from solvers.remat.menus import MenuChain
@@ -93,7 +95,7 @@ def test_the_prefix_bound_is_below_every_fitting_plans_prefix(profile, pick):
 
 
 @pytest.mark.parametrize("seed", range(8))
-def test_the_backward_route_finds_the_unpruned_optimum_on_longer_chains(seed):
+def test_the_backward_route_finds_the_unpruned_optimum_on_longer_chains(seed, monkeypatch):
     """Tight budgets (5-40% of the way from the least to keep-all), where the prefix
     bound and the ranges prune most; the beam's cap and the exact search after it."""
     profile = with_menus(random_v2_chain(seed, 30, 60), seed)
@@ -110,6 +112,12 @@ def test_the_backward_route_finds_the_unpruned_optimum_on_longer_chains(seed):
         assert beam is not None and beam.seconds >= want - 1e-9 * (1 + want)
         assert exact.plan is not None
         assert exact.seconds == pytest.approx(want, rel=1e-9, abs=1e-12)
+        for first, width in itertools.product((want, want * 1.02 + 1e-6, want * 1.2), (0, 1)):
+            # the beam keeps every label of a plan within `first` (and `width` others): what
+            # it finds there is the optimum, however narrow the beam
+            monkeypatch.setattr(menu_back, "BEAM", width)
+            proven, _beam = solve_back(graph, want * 1.5 + 1.0, first)
+            assert proven.seconds == pytest.approx(want, rel=1e-9, abs=1e-12)
         plan = planopt.Plan.build(
             list(exact.plan.actions), profile=profile, options=list(exact.plan.options)
         )
