@@ -48,13 +48,14 @@ NOTE (the route: a beam's plan as the cap). The labels grow steeply with
 the cap above the optimum (30%: 0.35 s with the optimum's seconds as cap,
 2.2 s at 0.03% above it, 11 s at 0.2%, measured before the few-prices test)
 and a cap below it finds nothing. So `solve_back` runs the same search as a
-beam first (`BEAM` labels a node, those whose seconds plus the bound are
-least; it proves nothing), on the subgraph within `last` (`menu_optimum`'s
-widest cap), then the exact search with the beam's seconds as its cap on
-the same subgraph: the best plan within that cap is the optimum (the beam's
-own plan is within it, so one is found). On the random 1,000-layer chain
-with menus the beam's plan was the optimum at 30%, 0.04% and 0.02% above it
-at 70% and 50%.
+beam first (of the labels within `last`, `menu_optimum`'s widest cap, a
+node keeps `BEAM`, those whose seconds plus the bound are least, and every
+label a plan within `first` may use: a plan it finds within `first` is the
+optimum), then, when its plan adds more than `first`, the exact search with
+its plan's seconds as the cap, on the same edges: the best plan within that
+cap is the optimum (the beam's own plan is within it, so one is found). On
+the random 1,000-layer chain with menus the beam's plan was the optimum at
+30% and 0.01% above it at 50%.
 
 NOTE (work). The same rates as `menu_search`: `LABEL_WORK` per label moved
 along an edge, `EDGE_WORK` per edge tried, `BOUND_WORK` per (edge, price)

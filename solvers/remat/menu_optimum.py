@@ -1,14 +1,18 @@
-"""remat-dp over menus at one budget: backwards first, then targets, the start only if needed.
+"""remat-dp over menus at one budget: a first target, the backward route, more targets, the start.
 
-NOTE (backwards first). `menu_back` searches from the chain's end, its
-labels pruned by a bound on the prefix below them, with a beam's plan as
-its cap: on the random 1,000-layer chain with menus at 30% it proved the
-optimum in about 1 s, where the forward targets and the start below took
-40.8 s (the forward bound lies 2.9% below the optimum there, and 4.1
-million labels passed it with the optimum itself as cap:
-`experiments/results/remat_dp_menus_labels.md`). It runs within the
-targets' share of work and limits (below); when it stops or finds no plan
-within the widest cap of the targets, the targets run as before.
+NOTE (the first target forwards, then backwards). The first target's
+search (below) runs within `FORWARD_WORK` times what the edges and bound
+cost (a count: deterministic): where the bound is tight it settles the
+optimum there (the random 1,000-layer chain with menus at 70% and 50%,
+GPT-2's block repeated at 70%), as before. Otherwise `menu_back`'s route
+runs: labels from the chain's end, pruned by a bound on the prefix below
+them, a beam's plan as the cap (the beam keeps every label of a plan within
+the first target, so a plan it finds there is proven). At 30% on that
+chain the forward bound lies 2.9% below the optimum, 4.1 million labels
+passed it with the optimum itself as cap, and the targets and the start
+took 40.8 s (`experiments/results/remat_dp_menus_labels.md`); the route
+proves it in about half a second. When the route stops or finds no plan
+within the widest target, the targets go on as before.
 
 NOTE (targets before the start). `menu_search` prunes a label when its
 seconds plus the Lagrangian bound exceed a cap: the nearer the cap to the
@@ -50,7 +54,7 @@ FIRST_STEP = 2e-3  # the first cap: the root bound plus this share of it and a m
 STEP_GROWTH = 4.0  # each missed cap: the next lies above it by this many times the last step
 ROUNDS = 4  # caps tried before the start is asked for
 TARGET_WORK = 10.0  # the targets' work, in multiples of the edges' and bound's
-FORWARD_WORK = 0.6  # the first target's forward search, in the same multiples (NOTE)
+FORWARD_WORK = 0.6  # the first target's forward search, in the same multiples (NOTE, first)
 
 
 def solve_menu_room(
