@@ -174,11 +174,16 @@ def solve_back(
     return exact, beam
 
 
-def route_prices(coarse: MenuBound) -> np.ndarray:
-    """The prefix bound's prices: the coarse grid, and `FINE` and `FINER` multiples of its
-    best price at the root (the rest's; the prefixes' best lies near it)."""
-    best = coarse.best_price()
-    return np.concatenate((coarse.prices, best * FINE, best * FINER))
+def route_prices(bound: MenuBound, coarse: int | None = None) -> np.ndarray:
+    """The prefix bound's prices: a quarter of the coarse grid (its first `coarse` prices;
+    default: all) and the rest's finer ones; without those (a coarse bound), `FINE` and
+    `FINER` multiples of its best price at the root (the prefixes' best lies near it)."""
+    coarse = len(bound.prices) if coarse is None else coarse
+    finer = bound.prices[coarse:]
+    if not len(finer):
+        best = bound.best_price()
+        finer = np.concatenate((best * FINE, best * FINER))
+    return np.concatenate((bound.prices[:coarse:4], finer))
 
 
 def run_back(

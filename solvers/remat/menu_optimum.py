@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from solvers.remat.menu_back import solve_back
+from solvers.remat.menu_back import route_prices, solve_back
 from solvers.remat.menu_graph import MenuGraph
 from solvers.remat.menu_search import MenuResult, better, run, stopped_result
 from solvers.remat.menus import MenuChain
@@ -125,7 +125,7 @@ def solve_menu_room(
         charge=paid,
         expired=target_expired,
         work_cap=share,
-        within=(tables, bound.prices),
+        within=(tables, route_prices(bound, len(graph.coarse.prices))),
     )
     if exact.plan is not None:  # the best within the beam's seconds: proven optimal
         return MenuResult(exact.plan, True, exact.plan.makespan), False
