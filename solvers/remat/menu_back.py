@@ -232,6 +232,8 @@ def run_back(
             continue
         lim, sec, parent = _arriving(store, base[x], target, top, held, extra, lo, hi)
         pay(len(lim) * LABEL_WORK + len(target) * EDGE_WORK)
+        if not len(lim):
+            continue
         keep = lim >= 0
         some = None
         if len(lim) > SAMPLE:  # a few prices first, the best of a sample's (any price bounds)
@@ -311,6 +313,8 @@ def _arriving(store, first_edge: int, target, top, held, extra, lo, hi):
         )
         inner = np.arange(len(target))
     some = np.flatnonzero(counts)
+    if not ends and not len(some):  # nothing arrives (most nodes off the cap's plans)
+        return counts[:0], extra[:0], counts[:0]
     inner, counts = inner[some], counts[some]
     total = int(counts.sum())
     starts = np.cumsum(counts) - counts
