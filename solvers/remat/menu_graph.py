@@ -49,6 +49,7 @@ class MenuGraph:
         self.stopped = stopped  # the limit came while the edges were built
         self.empty = tables is None and not stopped  # no plan fits: nothing to search
         self._built: tuple | None = None  # (cap, tables, bound) of the last `for_cap`
+        self.back = None  # `menu_back`'s shared arrays of the last tables it searched
 
     @classmethod
     def build(

@@ -1,4 +1,18 @@
-"""remat-dp over menus at one budget: targets from the bound first, the start only if needed.
+"""remat-dp over menus at one budget: a first target, the backward route, more targets, the start.
+
+NOTE (the first target forwards, then backwards). The first target's
+search (below) runs within `FORWARD_WORK` times what the edges and bound
+cost (a count: deterministic): where the bound is tight it settles the
+optimum there (the random 1,000-layer chain with menus at 70% and 50%,
+GPT-2's block repeated at 70%), as before. Otherwise `menu_back`'s route
+runs: labels from the chain's end, pruned by a bound on the prefix below
+them, a beam's plan as the cap (the beam keeps every label of a plan within
+the first target, so a plan it finds there is proven). At 30% on that
+chain the forward bound lies 2.9% below the optimum, 4.1 million labels
+passed it with the optimum itself as cap, and the targets and the start
+took 40.8 s (`experiments/results/remat_dp_menus_labels.md`); the route
+proves it in about half a second. When the route stops or finds no plan
+within the widest target, the targets go on as before.
 
 NOTE (targets before the start). `menu_search` prunes a label when its
 seconds plus the Lagrangian bound exceed a cap: the nearer the cap to the
@@ -31,6 +45,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from solvers.remat.menu_back import route_prices, solve_back
 from solvers.remat.menu_graph import MenuGraph
 from solvers.remat.menu_search import MenuResult, better, run, stopped_result
 from solvers.remat.menus import MenuChain
@@ -39,6 +54,7 @@ FIRST_STEP = 2e-3  # the first cap: the root bound plus this share of it and a m
 STEP_GROWTH = 4.0  # each missed cap: the next lies above it by this many times the last step
 ROUNDS = 4  # caps tried before the start is asked for
 TARGET_WORK = 10.0  # the targets' work, in multiples of the edges' and bound's
+FORWARD_WORK = 0.6  # the first target's forward search, in the same multiples (NOTE, first)
 
 
 def solve_menu_room(
@@ -72,16 +88,6 @@ def solve_menu_room(
         return MenuResult(None, True, math.inf), False
     lower = graph.root()
     step = FIRST_STEP * (abs(lower) + sum(chain.fwd) / max(chain.n, 1))
-    # The finer bound of the subgraph every cap of the ladder allows (built once):
-    # its root bounds the plans within the last cap, and every other plan adds more.
-    for _ in range(ROUNDS):
-        last = lower + step * sum(STEP_GROWTH**i for i in range(ROUNDS))
-        _tables, bound = graph.for_cap(last, pay)
-        root = bound.root()
-        if root <= last:
-            lower = max(lower, root)
-            break
-        lower = last  # no plan within it: the ladder starts above
     share = TARGET_WORK * built
     spent = 0.0
 
@@ -90,6 +96,44 @@ def solve_menu_room(
         spent += units
         target_charge(units)
 
+    # The finer bound of the subgraph every cap of the ladder allows (built once):
+    # its root bounds the plans within the last cap, and every other plan adds more.
+    for _ in range(ROUNDS):
+        last = lower + step * sum(STEP_GROWTH**i for i in range(ROUNDS))
+        tables, bound = graph.for_cap(last, pay)
+        root = bound.root()
+        if root <= last:
+            lower = max(lower, root)
+            break
+        lower = last  # no plan within it: the ladder starts above
+    # the first target, forwards, within a share of what the edges cost (NOTE, backwards)
+    cap = lower + step
+    done = run(graph, cap, charge=paid, expired=target_expired, work_cap=FORWARD_WORK * built)
+    if done.stopped and expired():
+        return stopped_result(graph, done, start(), lower), True
+    first = cap  # the optimum may meet it: the backward route proves it there
+    if not (done.stopped or done.capped):
+        if done.best is not None:  # within the cap: proven optimal (module NOTE)
+            found = better(graph, done, None)
+            return MenuResult(found, True, found.makespan), False
+        lower, step, first = cap, step * STEP_GROWTH, -math.inf
+    # then the backward route: a beam's plan caps the exact search
+    exact, beam = solve_back(
+        graph,
+        last,
+        first,
+        charge=paid,
+        expired=target_expired,
+        work_cap=share,
+        within=(tables, route_prices(bound, len(graph.coarse.prices))),
+    )
+    if exact.plan is not None:  # the best within the beam's seconds: proven optimal
+        return MenuResult(exact.plan, True, exact.plan.makespan), False
+    if (exact.stopped or exact.capped) and expired():
+        found = stopped_result(graph, None, start(), lower)
+        if beam is not None and (found.plan is None or beam.plan.makespan < found.plan.makespan):
+            found = MenuResult(beam.plan, False, found.lower)
+        return found, True
     for _ in range(ROUNDS):
         cap = lower + step
         done = run(graph, cap, charge=paid, expired=target_expired, work_cap=share - spent)
