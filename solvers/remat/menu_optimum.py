@@ -1,18 +1,21 @@
-"""remat-dp over menus at one budget: a first target, the backward route, more targets, the start.
+"""remat-dp over menus at one budget: the backward route, then forward targets, then the start.
 
-NOTE (the first target forwards, then backwards). The first target's
-search (below) runs within `FORWARD_WORK` times what the edges and bound
-cost (a count: deterministic): where the bound is tight it settles the
-optimum there (the random 1,000-layer chain with menus at 70% and 50%,
-GPT-2's block repeated at 70%), as before. Otherwise `menu_back`'s route
-runs: labels from the chain's end, pruned by a bound on the prefix below
-them, a beam's plan as the cap (the beam keeps every label of a plan within
-the first target, so a plan it finds there is proven). At 30% on that
-chain the forward bound lies 2.9% below the optimum, 4.1 million labels
-passed it with the optimum itself as cap, and the targets and the start
-took 40.8 s (`experiments/results/remat_dp_menus_labels.md`); the route
-proves it in about half a second. When the route stops or finds no plan
-within the widest target, the targets go on as before.
+NOTE (the first target backwards). The first target is searched by
+`menu_back`'s route: labels from the chain's end, pruned by a bound on the
+prefix below them, a beam's plan as the cap (the beam keeps every label of
+a plan within the first target, so a plan it finds there is proven). At 30%
+on the random 1,000-layer chain with menus the forward bound lies 2.9%
+below the optimum, 4.1 million forward labels passed it with the optimum
+itself as cap, and the targets and the start took 40.8 s
+(`experiments/results/remat_dp_menus_labels.md`); the route proves it in
+about half a second. A forward try of the first target before the route
+(within 0.6x the edges' work) settled 70% and 50% there but cost 0.15 s at
+30%; without it (best of 3 CPU runs, loaded machine) the 1,000-layer chain
+took 0.62/0.74/0.94 s at 70/50/30% against 0.53/0.73/1.09 s, GPT-2's traced
+block repeated to 300/600 layers at 70% 0.53/1.63 s against 0.54/1.79 s,
+at 50% (256/600) 0.45/7.85 s against 0.46/7.72 s, with the same optima. When
+the route stops or finds no plan within the widest target, the forward
+targets go on as before.
 
 NOTE (targets before the start). `menu_search` prunes a label when its
 seconds plus the Lagrangian bound exceed a cap: the nearer the cap to the
@@ -54,7 +57,6 @@ FIRST_STEP = 2e-3  # the first cap: the root bound plus this share of it and a m
 STEP_GROWTH = 4.0  # each missed cap: the next lies above it by this many times the last step
 ROUNDS = 4  # caps tried before the start is asked for
 TARGET_WORK = 10.0  # the targets' work, in multiples of the edges' and bound's
-FORWARD_WORK = 0.6  # the first target's forward search, in the same multiples (NOTE, first)
 
 
 def solve_menu_room(
@@ -106,18 +108,9 @@ def solve_menu_room(
             lower = max(lower, root)
             break
         lower = last  # no plan within it: the ladder starts above
-    # the first target, forwards, within a share of what the edges cost (NOTE, backwards)
-    cap = lower + step
-    done = run(graph, cap, charge=paid, expired=target_expired, work_cap=FORWARD_WORK * built)
-    if done.stopped and expired():
-        return stopped_result(graph, done, start(), lower), True
-    first = cap  # the optimum may meet it: the backward route proves it there
-    if not (done.stopped or done.capped):
-        if done.best is not None:  # within the cap: proven optimal (module NOTE)
-            found = better(graph, done, None)
-            return MenuResult(found, True, found.makespan), False
-        lower, step, first = cap, step * STEP_GROWTH, -math.inf
-    # then the backward route: a beam's plan caps the exact search
+    # the first target, by the backward route (NOTE, first target): a beam's plan caps
+    # the exact search, and a plan within `first` is proven
+    first = lower + step
     exact, beam = solve_back(
         graph,
         last,
