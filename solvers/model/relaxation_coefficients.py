@@ -194,7 +194,9 @@ def coefficients(profile: Profile) -> Coefficients:
 
 
 # Nets up to this many layers get the hanging-run rows (`hang_slopes` is quadratic).
-HANG_ROWS_UP_TO = 2048
+# At 2,048 the 2,000-layer random CNN's cold LP took 5.8 s against 4.5 s without them,
+# and `lower-bound` at 5 s returned T_ideal there (experiments/results/certificates.md).
+HANG_ROWS_UP_TO = 1024
 
 
 def hang_slopes(f: list[float], internals: list[float]) -> tuple[float, ...]:
