@@ -62,13 +62,17 @@ many rows (3,459): 0.40 units for 0.87 CPU-s at work limit 1. A cold LP's
 iterations grow with the rows and with the hanging-run columns that hold
 something, and each costs in proportion to the rows, so on the MIP's path
 the LP also pays `lp_surcharge` (rows squared, rows times such columns).
-The root LP is charged by rows times iterations (9-15 ns a row an
-iteration; by iterations alone it read 0.70-1.23), a callback without LP
+The root LP is charged by its iterations and rows times them (90 us an
+iteration on 7,800 rows, 156 us on 16,300, ~170 us on 26,000; by iterations
+alone it read 0.70-1.23), a callback without LP
 iterations (probing: hundreds of 4-5 ms calls on 7,800-8,900 rows) 1.3e-6 a
 row (4.6e-7 read 2.5-3.0), a cut round 4.5e-5 a column (2.35e-5 read
 1.3-1.6: 13-20 us a column measured). Fitted on the callback logs of the 6
-nets of work_rates replayed at limits 1 and 3 (0.81-1.21 in the replay);
-measured in experiments/results/work_limits.md. Left over, HiGHS's own: a
+nets of work_rates replayed at limits 1 and 3 (0.78-1.24 in the replay).
+Measured: 0.76-1.12 CPU-s a unit (median 0.91) on its 12 calibration solves
+(experiments/results/work_limits.md), 0.74-1.31 on 8 more (random 150 and
+1,000, bert-base, GPT-48 at 30%; limits 1 and 3), the high end the LP alone
+on random 1,000 (its cold LP grows faster than rows squared). Left over, HiGHS's own: a
 restart at the root after its first cut rounds (0.18-0.57 s with no LP
 iterations, charged as one check) and the analytic centre.
 """
@@ -88,7 +92,8 @@ from solvers.model.relaxation_rows import Model
 # Raw counts (of lower-bound's rate, `planopt.work.METHOD_RATES`) for what HiGHS did
 # between two callbacks (see the module NOTE; `MipCounter.step`):
 PRESOLVE_UNITS_PER_ROW = 2.0e-5  # the first callback (presolve, setup), per row
-ROOT_UNITS_PER_ROW_ITERATION = 2.3e-8  # per row per iteration of the root LP
+ROOT_ITERATION_UNITS = 1.46e-4  # per iteration of the root LP
+ROOT_UNITS_PER_ROW_ITERATION = 1.1e-8  # ... and per row per iteration
 CUT_UNITS_PER_COLUMN = 4.5e-5  # per later LP re-solve (a cut round, a node), per column
 CUT_UNITS_PER_ROW_ITERATION = 1.6e-7  # ... per row per iteration, its first CUT_ITERATIONS
 CUT_ITERATIONS = 200
@@ -138,7 +143,8 @@ class MipCounter:
         if iterations == 0:
             return units + CHECK_UNITS_PER_ROW * self.rows
         if self.iterations == 0:  # the root LP
-            return units + ROOT_UNITS_PER_ROW_ITERATION * self.rows * iterations
+            per_iteration = ROOT_ITERATION_UNITS + ROOT_UNITS_PER_ROW_ITERATION * self.rows
+            return units + per_iteration * iterations
         resolve = CUT_UNITS_PER_COLUMN * self.cols + CUT_UNITS_PER_ROW_ITERATION * self.rows * min(
             iterations, CUT_ITERATIONS
         )
@@ -171,7 +177,8 @@ def root_units(model: Model) -> float:
     on work that covers them, since its bound is the LP's until the root LP is solved."""
     rows = model.rows
     root_iterations = ROOT_ITERATIONS_PER_ROW * rows
-    return rows * (PRESOLVE_UNITS_PER_ROW + ROOT_UNITS_PER_ROW_ITERATION * root_iterations)
+    per_iteration = ROOT_ITERATION_UNITS + ROOT_UNITS_PER_ROW_ITERATION * rows
+    return PRESOLVE_UNITS_PER_ROW * rows + per_iteration * root_iterations
 
 
 def lp_surcharge(model: Model) -> float:
