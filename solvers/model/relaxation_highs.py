@@ -10,8 +10,9 @@ the memory rows' right-hand sides, so another budget (or another call) is a
 warm dual-simplex re-solve from the last basis.
 
 Work (deterministic): building costs `BUILD_UNITS_PER_ROW` a row and the LP
-`LP_UNITS_PER_ROW` a row (on the MIP's path, the method `lower-bound`, plus
-`relaxation_mip.lp_surcharge`, by rows squared and hanging-run columns), charged
+`LP_UNITS_PER_ROW` a row (on the MIP's path, `lower-bound` and the exact methods'
+relaxation share, plus `relaxation_mip.lp_surcharge`: rows squared and hanging-run
+columns), charged
 whatever the cache holds, so a warm start changes the time only, never the work a
 solve counts. The LP runs only if
 its charge fits the work limit, and then to optimality: its value does not
