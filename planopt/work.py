@@ -79,7 +79,9 @@ METHOD_RATES: dict[str, float] = {
     "auto": 1.0,
     # NOTE: 0.6 while its MIP was counted per HiGHS callback (0.94-5.2 CPU-s a
     # unit on 6 nets); 0.69-1.37 at 0.42 by rows and LP iterations; 0.82-1.12 at
-    # 0.41 with its cut rounds counted by columns (solvers.model.relaxation_mip)
+    # 0.41 with its cut rounds counted by columns (solvers.model.relaxation_mip);
+    # 1.03-2.17 once the relaxation had its hanging-run rows, 0.76-1.12 with its LP
+    # also charged by rows squared and hanging-run columns (`lp_surcharge`)
     "lower-bound": 0.41,
 }
 # A method registered at run time without a rate of its own: its counts are its units.

@@ -9,7 +9,8 @@ import pytest
 
 import planopt
 from planopt.bundled import resolve_profile
-from planopt.certificate import MIP
+from planopt.certificate import MIP, T_IDEAL
+from planopt.work import WorkMeter
 from solvers.model import relaxation_highs, relaxation_mip
 
 RESNET = "resnet50-ops-b128-a100-pcie4-roofline"  # 175 layers, 8,393 rows
@@ -66,7 +67,7 @@ def test_a_share_below_the_root_lp_keeps_the_lp_bound_and_runs_no_mip(monkeypatc
     profile = resolve_profile(RESNET)
     budget = planopt.budget_from_fraction(profile, 0.4)
     model, _ = relaxation_highs._CACHE.get(profile)
-    lp_only = model.build_units() + model.lp_units()
+    lp_only = model.build_units() + model.lp_units() + relaxation_mip.lp_surcharge(model)
     monkeypatch.setattr(relaxation_mip, "solve", never)
     bound, cert = relaxation_highs.highs_bound(
         profile, budget, mip=True, work_limit=lp_only + 0.5 * relaxation_mip.root_units(model)
@@ -77,10 +78,11 @@ def test_a_share_below_the_root_lp_keeps_the_lp_bound_and_runs_no_mip(monkeypatc
 
 def test_each_step_is_charged_by_what_highs_did_since_the_last():
     # NOTE (the rule, issue 25, item 12, second fit): presolve by rows at the first
-    # callback, the root LP by its iterations, a later LP re-solve by columns, by rows
-    # times its first CUT_ITERATIONS iterations (half that at a node) and by its
-    # iterations, a callback with no LP iterations by rows. Before, every re-solve was
-    # charged by rows alone (a GPT-48 cut round 0.10 units for 0.17-0.19 s).
+    # callback, the root LP by its iterations and rows times them (third fit; by its
+    # iterations alone before), a later LP re-solve by columns, by rows times its first
+    # CUT_ITERATIONS iterations (half that at a node) and by its iterations, a callback
+    # with no LP iterations by rows. Before, every re-solve was charged by rows alone
+    # (a GPT-48 cut round 0.10 units for 0.17-0.19 s).
     m = relaxation_mip
     rows, cols = 1000, 400
     counter = m.MipCounter(rows=rows, cols=cols, limit=None)
@@ -98,7 +100,7 @@ def test_each_step_is_charged_by_what_highs_did_since_the_last():
 
     expected = [
         (m.PRESOLVE_UNITS_PER_ROW + m.CHECK_UNITS_PER_ROW) * rows,  # presolve
-        m.ROOT_ITERATION_UNITS * 300,  # the root LP
+        (m.ROOT_ITERATION_UNITS + m.ROOT_UNITS_PER_ROW_ITERATION * rows) * 300,  # the root LP
         m.CHECK_UNITS_PER_ROW * rows,  # probing: no LP iterations
         resolve(50),  # a cut round
         resolve(300),  # a longer one: rows times its first CUT_ITERATIONS only
@@ -121,7 +123,9 @@ def test_the_iterations_after_the_last_callback_are_charged():
     counter = solved.counter
     assert solved.complete and solved.run.lp_iterations > 0
     assert counter.iterations == solved.run.lp_iterations
-    assert counter.units >= relaxation_mip.ROOT_ITERATION_UNITS * solved.run.lp_iterations
+    m = relaxation_mip
+    per_iteration = m.ROOT_ITERATION_UNITS + m.ROOT_UNITS_PER_ROW_ITERATION * model.rows
+    assert counter.units >= per_iteration * solved.run.lp_iterations
     again = relaxation_mip.solve(model, capacity, 1e9, float("inf")).counter
     assert (again.units, again.callbacks) == (counter.units, counter.callbacks)
 
@@ -172,3 +176,46 @@ def test_the_sub_mips_are_off_only_under_a_work_limit(monkeypatch):
     limited, unlimited = seen
     assert limited == {**relaxation_mip.OPTIONS, "time_limit": 5.0}
     assert limited["mip_heuristic_run_rins"] is False and unlimited == {}
+
+
+def test_the_root_lp_is_charged_by_its_iterations_and_rows_times_them():
+    # NOTE (third fit, after the hanging-run rows): a root-LP iteration costs more on
+    # more rows (90 us on 7,800 rows, 156 us on 16,300, ~170 us on 26,000); charged by
+    # iterations alone, GPT-48's root LP read 1.23 CPU-s a unit and random 300's 0.71.
+    m = relaxation_mip
+    steps = []
+    for rows in (4000, 8000):
+        counter = m.MipCounter(rows=rows, cols=rows // 2)
+        counter.on_interrupt(0, 0)
+        steps.append(counter.step(1000))
+        per_iteration = m.ROOT_ITERATION_UNITS + m.ROOT_UNITS_PER_ROW_ITERATION * rows
+        assert steps[-1] == pytest.approx(1000 * per_iteration)
+    assert steps[1] > 1.2 * steps[0]  # the same iterations cost more on twice the rows
+
+
+def test_the_lp_before_the_mip_is_charged_by_rows_squared_and_hanging_columns():
+    # NOTE (the bug, third fit): the hanging-run rows doubled the cold LP on GPT-48
+    # per operator (0.73 s, 5,159 iterations, against 0.33 s and 3,459 on random 600
+    # of as many rows), and lower-bound charged it by rows alone: 0.40 units for
+    # 0.87 CPU-s at work limit 1. On the MIP's path the LP now also pays
+    # `lp_surcharge`; the LP-only bound (blocks, lns) is charged as before.
+    profile = resolve_profile(GPT24)
+    budget = planopt.budget_from_fraction(profile, 0.4)
+    model, _ = relaxation_highs._CACHE.get(profile)
+    rows = model.rows
+    hanging = sum(1 for slope in model.coeffs.hang_slope if slope > 0)
+    assert hanging > 0
+    surcharge = relaxation_mip.lp_surcharge(model)
+    assert surcharge == pytest.approx(
+        rows * rows * relaxation_mip.LP_UNITS_PER_ROW_SQUARED
+        + rows * hanging * relaxation_mip.LP_UNITS_PER_ROW_HANG
+    )
+    lp_only = model.build_units() + model.lp_units()
+    meter = WorkMeter()
+    relaxation_highs.highs_bound(profile, budget, meter=meter)
+    assert meter.raw_used() == pytest.approx(lp_only)
+    # a share that pays the LP by rows but not its surcharge: no LP on the MIP's path
+    bound, cert = relaxation_highs.highs_bound(
+        profile, budget, mip=True, work_limit=lp_only + 0.5 * surcharge
+    )
+    assert cert.source == T_IDEAL and bound == profile.t_ideal

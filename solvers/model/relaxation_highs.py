@@ -10,8 +10,11 @@ the memory rows' right-hand sides, so another budget (or another call) is a
 warm dual-simplex re-solve from the last basis.
 
 Work (deterministic): building costs `BUILD_UNITS_PER_ROW` a row and the LP
-`LP_UNITS_PER_ROW` a row, charged whatever the cache holds, so a warm start
-changes the time only, never the work a solve counts. The LP runs only if
+`LP_UNITS_PER_ROW` a row (on the MIP's path, `lower-bound` and the exact methods'
+relaxation share, plus `relaxation_mip.lp_surcharge`: rows squared and hanging-run
+columns), charged
+whatever the cache holds, so a warm start changes the time only, never the work a
+solve counts. The LP runs only if
 its charge fits the work limit, and then to optimality: its value does not
 depend on the basis it starts from (it is rounded down to 9 digits, below
 the 1e-7 safety margin, so the last bits do not either). A MIP (on request)
@@ -153,11 +156,14 @@ def highs_bound(
     capacity = c.capacity(budget)
     if c.n and c.has_fwd[0] and c.fwd_fixed[0] > capacity * (1 + 1e-12) + 1e-12:
         return None, certificate(LP, True, "F_0 cannot fit")
-    if work_limit is not None and model.build_units() + model.lp_units() > work_limit:
+    lp_cost = model.build_units() + model.lp_units()
+    if mip:  # in the MIP's counts (lower-bound's rate): see `relaxation_mip.lp_surcharge`
+        lp_cost += relaxation_mip.lp_surcharge(model)
+    if work_limit is not None and lp_cost > work_limit:
         return profile.t_ideal, certificate(
             T_IDEAL, False, "the work share cannot cover the LP relaxation"
         )
-    spent = model.build_units() + model.lp_units()
+    spent = lp_cost
     _charge(meter, spent)
     with _CACHE.lock:
         _set_capacity(highs, model, capacity)

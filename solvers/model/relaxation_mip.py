@@ -51,7 +51,30 @@ own: its analytic centre (an interior-point solve, 0.1-0.4 s once at the
 root, 2.2 s on random 800) reports no count, and it reports a dive's LP
 iterations at once, after the callbacks of the nodes that made them.
 Measured: 0.82-1.12 CPU-s a unit on lower-bound's 12 calibration solves,
-0.83-1.27 on 16 more (experiments/results/work_limits.md).
+0.83-1.27 on 16 more.
+
+NOTE (third fit, after the relaxation's hanging-run rows: 3 rows and a column
+a layer): the same counts read 1.03-2.17 CPU-s a unit. The cold LP before
+the MIP, charged by rows (`relaxation_rows.Model.lp_units`, shared with the
+LP-only bounds of blocks and lns, which stay as they are), took 0.73 s on
+GPT-48 per operator (5,159 iterations) against 0.33 s on random 600 of as
+many rows (3,459): 0.40 units for 0.87 CPU-s at work limit 1. A cold LP's
+iterations grow with the rows and with the hanging-run columns that hold
+something, and each costs in proportion to the rows, so on the MIP's path
+the LP also pays `lp_surcharge` (rows squared, rows times such columns).
+The root LP is charged by its iterations and rows times them (90 us an
+iteration on 7,800 rows, 156 us on 16,300, ~170 us on 26,000; by iterations
+alone it read 0.70-1.23), a callback without LP
+iterations (probing: hundreds of 4-5 ms calls on 7,800-8,900 rows) 1.3e-6 a
+row (4.6e-7 read 2.5-3.0), a cut round 4.5e-5 a column (2.35e-5 read
+1.3-1.6: 13-20 us a column measured). Fitted on the callback logs of the 6
+nets of work_rates replayed at limits 1 and 3 (0.78-1.24 in the replay).
+Measured: 0.76-1.12 CPU-s a unit (median 0.91) on its 12 calibration solves
+(experiments/results/work_limits.md), 0.74-1.31 on 8 more (random 150 and
+1,000, bert-base, GPT-48 at 30%; limits 1 and 3), the high end the LP alone
+on random 1,000 (its cold LP grows faster than rows squared). Left over, HiGHS's own: a
+restart at the root after its first cut rounds (0.18-0.57 s with no LP
+iterations, charged as one check) and the analytic centre.
 """
 
 from __future__ import annotations
@@ -69,17 +92,26 @@ from solvers.model.relaxation_rows import Model
 # Raw counts (of lower-bound's rate, `planopt.work.METHOD_RATES`) for what HiGHS did
 # between two callbacks (see the module NOTE; `MipCounter.step`):
 PRESOLVE_UNITS_PER_ROW = 2.0e-5  # the first callback (presolve, setup), per row
-ROOT_ITERATION_UNITS = 3.1e-4  # per iteration of the root LP
-CUT_UNITS_PER_COLUMN = 2.35e-5  # per later LP re-solve (a cut round, a node), per column
+ROOT_ITERATION_UNITS = 1.46e-4  # per iteration of the root LP
+ROOT_UNITS_PER_ROW_ITERATION = 1.1e-8  # ... and per row per iteration
+CUT_UNITS_PER_COLUMN = 4.5e-5  # per later LP re-solve (a cut round, a node), per column
 CUT_UNITS_PER_ROW_ITERATION = 1.6e-7  # ... per row per iteration, its first CUT_ITERATIONS
 CUT_ITERATIONS = 200
 NODE_SHARE = 0.5  # ... of which a re-solve at a node of the tree (no root separation)
 ITERATION_UNITS = 4.3e-6  # ... per iteration
-CHECK_UNITS_PER_ROW = 4.6e-7  # per callback with no LP iterations, per row
+CHECK_UNITS_PER_ROW = 1.3e-6  # per callback with no LP iterations, per row
 
-# The root LP's iterations per row of the model (0.17-0.28 on 11 nets of 150-1,000
+# The root LP's iterations per row of the model (0.17-0.32 on 11 nets of 150-1,000
 # layers, 0.39 on resnet50-blocks): what `root_units` expects the MIP's first LP to charge.
 ROOT_ITERATIONS_PER_ROW = 0.3
+
+# What the cold LP before the MIP costs beyond its charge by rows
+# (`relaxation_rows.Model.lp_units`, shared with the LP-only bounds), in the MIP's
+# counts (`lp_surcharge`): its iterations grow with the rows and each costs in
+# proportion to them (per row squared), and every hanging-run column that holds
+# something (`Coefficients.hang_slope` > 0) adds iterations (per row, per such column).
+LP_UNITS_PER_ROW_SQUARED = 1.2e-9
+LP_UNITS_PER_ROW_HANG = 1.45e-7
 
 # Under a work limit: no sub-MIP heuristics (they run with no callback); everything
 # else, and everything without a work limit, HiGHS's defaults (see the module NOTE).
@@ -111,7 +143,8 @@ class MipCounter:
         if iterations == 0:
             return units + CHECK_UNITS_PER_ROW * self.rows
         if self.iterations == 0:  # the root LP
-            return units + ROOT_ITERATION_UNITS * iterations
+            per_iteration = ROOT_ITERATION_UNITS + ROOT_UNITS_PER_ROW_ITERATION * self.rows
+            return units + per_iteration * iterations
         resolve = CUT_UNITS_PER_COLUMN * self.cols + CUT_UNITS_PER_ROW_ITERATION * self.rows * min(
             iterations, CUT_ITERATIONS
         )
@@ -143,7 +176,17 @@ def root_units(model: Model) -> float:
     """What the MIP's first callback and root LP are expected to charge: the MIP runs only
     on work that covers them, since its bound is the LP's until the root LP is solved."""
     rows = model.rows
-    return rows * (PRESOLVE_UNITS_PER_ROW + ROOT_ITERATION_UNITS * ROOT_ITERATIONS_PER_ROW)
+    root_iterations = ROOT_ITERATIONS_PER_ROW * rows
+    per_iteration = ROOT_ITERATION_UNITS + ROOT_UNITS_PER_ROW_ITERATION * rows
+    return PRESOLVE_UNITS_PER_ROW * rows + per_iteration * root_iterations
+
+
+def lp_surcharge(model: Model) -> float:
+    """What the cold LP before the MIP is charged beyond `model.lp_units()` (see
+    `LP_UNITS_PER_ROW_SQUARED`): a function of the model's rows and hanging-run columns."""
+    rows = model.rows
+    hanging = sum(1 for slope in model.coeffs.hang_slope if slope > 0)
+    return rows * (LP_UNITS_PER_ROW_SQUARED * rows + LP_UNITS_PER_ROW_HANG * hanging)
 
 
 @dataclass(frozen=True)
