@@ -71,9 +71,11 @@ def _target_e() -> str:
     if not path.exists():
         return "- **(e) memory fidelity on CPU with menus on: not measured**."
     found = [x for x in path.read_text().splitlines() if " plans within the target" in x]
+    met = all(x.split()[0] == x.split()[2] for x in found) and found
     return (
-        "- **(e) memory fidelity on CPU with menus on** (`results/fidelity_memory_menus.md`; "
-        "gradients kept, then set to None): " + " / ".join(found)
+        f"- **(e) memory fidelity on CPU with menus on: {'met' if met else 'missed'}** "
+        "(`results/fidelity_memory_menus.md`; gradients kept, then set to None): "
+        + " / ".join(found)
     )
 
 
