@@ -298,6 +298,20 @@ def random_v3_chain(rng: random.Random, n: int) -> dict:
     }  # fmt: skip
 
 
+def plan_v3(actions, prefetch, wait, options) -> dict:
+    """A `/2` plan file from per-layer lists (an enumerated plan: actions as their names)."""
+    entries = []
+    for i, action in enumerate(actions):
+        entry: dict = {"action": str(action)}
+        if options[i] is not None:
+            entry["option"] = options[i]
+        if str(action) == SWAP:
+            entry["prefetch_at"] = prefetch[i]
+            entry["swap_wait"] = wait[i]
+        entries.append(entry)
+    return {"format": "planopt.plan/2", "layers": entries}
+
+
 def random_v3_plan(rng: random.Random, profile: dict) -> dict:
     """A random valid `/2` plan: any actions, options on kept/swapped layers, valid ranges."""
     layers = profile["layers"]

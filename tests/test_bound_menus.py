@@ -17,7 +17,7 @@ import dataclasses
 import random
 
 import pytest
-from reference_v3 import random_v3_chain, reference_v3
+from reference_v3 import plan_v3, random_v3_chain, reference_v3
 
 import planopt
 from planopt import Status
@@ -31,19 +31,6 @@ MIP_GAP = 1e-4  # HiGHS's default relative gap: two MIP solves may stop this far
 WORK = 30.0
 
 
-def _plan_dict(actions, prefetch, wait, options) -> dict:
-    entries = []
-    for i, action in enumerate(actions):
-        entry: dict = {"action": str(action)}
-        if options[i] is not None:
-            entry["option"] = options[i]
-        if str(action) == "swap":
-            entry["prefetch_at"] = prefetch[i]
-            entry["swap_wait"] = wait[i]
-        entries.append(entry)
-    return {"format": "planopt.plan/2", "layers": entries}
-
-
 def _scored(raw: dict) -> list[tuple[float, int]]:
     """(makespan, peak) of every plan of the chain, by the independent reference."""
     layers = raw["layers"]
@@ -52,7 +39,7 @@ def _scored(raw: dict) -> list[tuple[float, int]]:
     plans = enumerate_raw_v3(len(layers), with_swap_wait=True, saves_input=flags, menus=menus)
     out = []
     for plan in plans:
-        ref = reference_v3(raw, _plan_dict(*plan))
+        ref = reference_v3(raw, plan_v3(*plan))
         out.append((ref.makespan, ref.peak_bytes))
     return out
 

@@ -17,7 +17,7 @@ import dataclasses
 import random
 
 import pytest
-from reference_v3 import random_v3_chain, reference_v3
+from reference_v3 import plan_v3, random_v3_chain, reference_v3
 
 import planopt
 from planopt import Status
@@ -30,19 +30,6 @@ REL = 1e-6
 WORK = 30.0
 
 
-def _plan_dict(actions, prefetch, wait, options) -> dict:
-    entries = []
-    for i, action in enumerate(actions):
-        entry: dict = {"action": str(action)}
-        if options[i] is not None:
-            entry["option"] = options[i]
-        if str(action) == "swap":
-            entry["prefetch_at"] = prefetch[i]
-            entry["swap_wait"] = wait[i]
-        entries.append(entry)
-    return {"format": "planopt.plan/2", "layers": entries}
-
-
 def _scored(raw: dict) -> list[tuple[float, int, frozenset[str]]]:
     """(makespan, peak, actions) of every plan of the chain, by the independent reference."""
     layers = raw["layers"]
@@ -50,7 +37,7 @@ def _scored(raw: dict) -> list[tuple[float, int, frozenset[str]]]:
     menus = tuple(tuple(o["name"] for o in x.get("options", ())) for x in layers)
     out = []
     for plan in enumerate_raw_v3(len(layers), saves_input=flags, menus=menus):
-        ref = reference_v3(raw, _plan_dict(*plan))
+        ref = reference_v3(raw, plan_v3(*plan))
         out.append((ref.makespan, ref.peak_bytes, frozenset(str(a) for a in plan[0])))
     return out
 
