@@ -38,7 +38,7 @@ import planopt
 from experiments.remat_dp_menus import menu_chain, whole
 from planopt.problem import Problem
 from solvers.remat import menu_search
-from solvers.remat.menu_graph import OPEN, MenuGraph
+from solvers.remat.menu_graph import OPEN, MenuGraph, forward_least
 from solvers.remat.menus import NEG, MenuChain
 from solvers.remat.rule import room_cap
 from solvers.remat_dp import remat_dp
@@ -83,17 +83,6 @@ def best_path(graph: MenuGraph, done) -> list[tuple[int, int, float]]:
         path.append((int(store.node[label]), int(store.h[label]), float(store.s[label])))
         label = int(store.parent[label])
     return path[::-1]
-
-
-def forward_least(tables: list[tuple]) -> np.ndarray:
-    """Per node index, the least seconds of a path from the root (memory ignored)."""
-    fw = np.full(len(tables), np.inf)
-    fw[0] = 0.0
-    for x, (target, _top, _held, extra, _after, _cost) in enumerate(tables):
-        inner = target >= 0
-        if fw[x] < math.inf and inner.any():
-            np.minimum.at(fw, target[inner], fw[x] + extra[inner])
-    return fw
 
 
 def tail_fronts(tables: list[tuple], cap: float, first: int):

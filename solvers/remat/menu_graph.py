@@ -71,7 +71,7 @@ class MenuGraph:
         if rest[0] == math.inf or need[0] > room:
             return cls(chain, room, order, None, None, None, math.inf, False)
         tables = _edge_tables(edges, need, rest, room)
-        fw = _forward(tables)
+        fw = forward_least(tables)
         bound = MenuBound(chain, tables, room)
         charge(_edge_count(tables) * len(bound.prices) * BOUND_WORK)
         return cls(chain, room, order, tables, fw, bound, float(rest[0]), False)
@@ -112,7 +112,7 @@ def _edge_count(tables: list[tuple]) -> int:
     return sum(len(t[0]) for t in tables)
 
 
-def _forward(tables: list[tuple]) -> np.ndarray:
+def forward_least(tables: list[tuple]) -> np.ndarray:
     """Per node index, the least seconds of a path from the root to it (memory ignored)."""
     fw = np.full(len(tables), np.inf)
     fw[0] = 0.0
